@@ -1,0 +1,128 @@
+//! A minimal timer-service client: schedules timers over NATS JetStream and prints each
+//! `DueTimeReached` as it arrives, with its lateness (arrival − dueAt).
+//!
+//! ```text
+//! cargo run --example schedule -- --tenant acme --in-secs 3
+//! cargo run --release --example schedule -- --count 300 --in-secs 5 --spread-ms 3000
+//! ```
+//!
+//! It speaks the wire contract with plain JSON, so it can be copied into any project that has
+//! `async-nats`, `serde_json`, `uuid`, `chrono` and `tokio`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use clap::Parser;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// NATS server the daemon listens to.
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    url: String,
+    /// Tenant to schedule for.
+    #[arg(long, default_value = "acme")]
+    tenant: String,
+    /// How far ahead the (first) timer is due.
+    #[arg(long, default_value_t = 3.0)]
+    in_secs: f64,
+    /// Number of timers.
+    #[arg(long, default_value_t = 1)]
+    count: usize,
+    /// Spread the timers' dueAt evenly over this many milliseconds.
+    #[arg(long, default_value_t = 0)]
+    spread_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let client = async_nats::connect(&args.url).await?;
+    let js = async_nats::jetstream::new(client.clone());
+
+    // Subscribe first, so no event can slip past between scheduling and listening.
+    let mut events = client
+        .subscribe(format!("timer.evt.due.{}", args.tenant))
+        .await?;
+    let mut rejections = client
+        .subscribe(format!("timer.evt.rejected.{}", args.tenant))
+        .await?;
+
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let first_due = Utc::now() + chrono::Duration::milliseconds((args.in_secs * 1000.0) as i64);
+    let step = args.spread_ms.checked_div(args.count.max(1) as u64).unwrap_or(0);
+    let mut acks = Vec::with_capacity(args.count);
+    for i in 0..args.count {
+        let due_at = first_due + chrono::Duration::milliseconds((step * i as u64) as i64);
+        let service_call_id = format!("example-{run}-{i}");
+        let command = json!({
+            "id": uuid::Uuid::now_v7(),
+            "type": "ScheduleTimer",
+            "tenantId": args.tenant,
+            "timestampMs": Utc::now().timestamp_millis(),
+            "correlationId": format!("req-{i}"),
+            "aggregateId": service_call_id,
+            "payload": {
+                "tenantId": args.tenant,
+                "serviceCallId": service_call_id,
+                "dueAt": due_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+            }
+        });
+        let subject = format!("timer.cmd.schedule.{}", args.tenant);
+        acks.push(js.publish(subject, serde_json::to_vec(&command)?.into()).await?);
+    }
+    for ack in acks {
+        ack.await?; // stored in the command stream: the daemon will get it
+    }
+    println!(
+        "scheduled {} timer(s) for tenant {:?}, first due {}",
+        args.count,
+        args.tenant,
+        first_due.to_rfc3339_opts(SecondsFormat::Millis, true)
+    );
+
+    let mut lateness_ms = Vec::with_capacity(args.count);
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_secs_f64(args.in_secs.max(0.0) + args.spread_ms as f64 / 1000.0 + 30.0);
+    while lateness_ms.len() < args.count {
+        tokio::select! {
+            Some(message) = events.next() => {
+                let received = Utc::now();
+                let event: Value = serde_json::from_slice(&message.payload)?;
+                let payload = &event["payload"];
+                let Some(id) = payload["serviceCallId"].as_str() else { continue };
+                if !id.starts_with(&format!("example-{run}-")) {
+                    continue; // someone else's timer
+                }
+                let due: DateTime<Utc> = payload["dueAt"].as_str().unwrap_or_default().parse()?;
+                let late = (received - due).num_microseconds().unwrap_or(0) as f64 / 1000.0;
+                lateness_ms.push(late);
+                if args.count <= 10 {
+                    println!("DueTimeReached {}", serde_json::to_string_pretty(&event)?);
+                    println!("lateness: {late:.1} ms (received − dueAt)");
+                }
+            }
+            Some(message) = rejections.next() => {
+                println!("rejected: {}", String::from_utf8_lossy(&message.payload));
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                eprintln!("gave up: {} of {} timers fired", lateness_ms.len(), args.count);
+                break;
+            }
+        }
+    }
+    if lateness_ms.len() > 1 {
+        lateness_ms.sort_by(f64::total_cmp);
+        let pct = |p: f64| lateness_ms[((lateness_ms.len() - 1) as f64 * p).round() as usize];
+        println!(
+            "{} timers: lateness p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, min {:.1} ms",
+            lateness_ms.len(),
+            pct(0.50),
+            pct(0.99),
+            pct(1.0),
+            pct(0.0)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,14 @@
+//! Schema migrations of timer-service, run at daemon start-up and by `timer-service migrate`.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261122_000001_create_timer_schedules;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261122_000001_create_timer_schedules::Migration)]
+    }
+}

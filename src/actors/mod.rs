@@ -1,0 +1,16 @@
+//! The actors of the daemon and how they find each other.
+//!
+//! ```text
+//! Supervisor ──owns──> Persistence     the only user of the database; one transaction per message
+//!           ├─owns──> Poller          exact wake-ups + safety tick → Persistence → EventBus → Persistence
+//!           └─owns──> CommandHandler  CommandSource → validate → Persistence → ack
+//! ```
+
+pub mod command_handler;
+pub mod persistence;
+pub mod poller;
+pub mod registry;
+pub mod supervisor;
+
+pub use registry::{ActorKind, PersistenceClient, Registry};
+pub use supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};

@@ -1,0 +1,28 @@
+//! timer-service: a durable timer daemon.
+//!
+//! Clients send `ScheduleTimer` over NATS JetStream; the service stores each timer in SQLite and,
+//! when its `dueAt` arrives, publishes `DueTimeReached` — at least once, one timer per
+//! `(tenantId, serviceCallId)`, never early. `CONTRACT.md` of the project is the wire contract.
+//!
+//! # Layout
+//!
+//! - [`domain`]: messages, validation, upsert rules, subjects and timestamps. No I/O.
+//! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
+//!   [`ports::Clock`], plus in-memory/manual doubles for unit tests.
+//! - [`nats`]: the JetStream adapter, the only code that speaks to the broker.
+//! - [`persistence`]: the SQLite store (SeaORM), the only code that touches the database.
+//! - [`actors`]: Supervisor, Persistence, CommandHandler and Poller (ractor).
+//! - [`config`]: `config.toml` + `TIMER_*` environment overrides.
+//! - [`daemon`]: wiring it all together; [`run`] is what `main` calls.
+
+pub mod actors;
+pub mod config;
+pub mod daemon;
+pub mod domain;
+pub mod nats;
+pub mod persistence;
+pub mod ports;
+
+pub use actors::ActorKind;
+pub use config::Config;
+pub use daemon::{Daemon, DaemonError, run};

@@ -1,0 +1,208 @@
+//! `CommandSource` over the durable pull consumer. Each pull request asks for up to one batch
+//! and expires after the wait, so a quiet stream costs one request per wait and a busy one
+//! delivers whole batches.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind, consumer::PullConsumer, consumer::pull::Batch};
+use async_trait::async_trait;
+use futures::{FutureExt, StreamExt};
+
+use super::streams::{BrokerNames, ensure_command_consumer};
+use crate::ports::{BusError, CommandSource, CommandSourceFactory, Delivery, InboundCommand};
+
+/// Beyond a pull request's own expiry, how long to wait for the broker to close it before
+/// giving up on the request (the broker may be gone).
+const REQUEST_GRACE: Duration = Duration::from_secs(2);
+
+pub struct JetStreamCommandSource {
+    js: jetstream::Context,
+    names: BrokerNames,
+    consumer: Option<PullConsumer>,
+    /// The open pull request, if any: messages may still arrive on it.
+    request: Option<(Batch, Duration)>,
+}
+
+impl JetStreamCommandSource {
+    pub fn new(js: jetstream::Context, names: BrokerNames) -> Self {
+        Self {
+            js,
+            names,
+            consumer: None,
+            request: None,
+        }
+    }
+
+    async fn consumer(&mut self) -> Result<&PullConsumer, BusError> {
+        if self.consumer.is_none() {
+            let consumer = ensure_command_consumer(&self.js, &self.names)
+                .await
+                .map_err(|e| {
+                    BusError(format!(
+                        "consumer {} on {} unavailable: {e}",
+                        self.names.consumer, self.names.command_stream
+                    ))
+                })?;
+            self.consumer = Some(consumer);
+        }
+        self.consumer
+            .as_ref()
+            .ok_or_else(|| BusError("consumer missing".into()))
+    }
+
+    /// Forgets the consumer and the open request after an error, so the next call starts over.
+    fn reset(&mut self) {
+        self.consumer = None;
+        self.request = None;
+    }
+
+    async fn open_request(&mut self, max: usize, wait: Duration) -> Result<(), BusError> {
+        if self.request.is_none() {
+            let batch = self
+                .consumer()
+                .await?
+                .batch()
+                .max_messages(max)
+                .expires(wait)
+                .messages()
+                .await
+                .map_err(|e| BusError(format!("pull request failed: {e}")));
+            match batch {
+                Ok(batch) => self.request = Some((batch, wait)),
+                Err(e) => {
+                    self.reset();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends every message already received on the open request, up to `max` in `out`.
+    fn take_ready(&mut self, out: &mut Vec<InboundCommand>, max: usize) {
+        while out.len() < max {
+            let Some((batch, _)) = self.request.as_mut() else {
+                return;
+            };
+            match batch.next().now_or_never() {
+                Some(Some(Ok(message))) => out.extend(inbound(message)),
+                Some(Some(Err(e))) => {
+                    tracing::warn!(actor = "command_handler", error = %e, "pull request ended with an error");
+                    self.request = None;
+                }
+                Some(None) => self.request = None,
+                None => return,
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl CommandSource for JetStreamCommandSource {
+    async fn next_batch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<InboundCommand>, BusError> {
+        self.open_request(max, wait).await?;
+        let mut out = Vec::new();
+        let Some((batch, expires)) = self.request.as_mut() else {
+            return Ok(out);
+        };
+        match tokio::time::timeout(*expires + REQUEST_GRACE, batch.next()).await {
+            Ok(Some(Ok(message))) => out.extend(inbound(message)),
+            Ok(Some(Err(e))) => {
+                self.reset();
+                return Err(BusError(format!("pull request failed: {e}")));
+            }
+            Ok(None) => self.request = None,
+            Err(_) => {
+                self.reset();
+                return Err(BusError("pull request was never answered".into()));
+            }
+        }
+        self.take_ready(&mut out, max);
+        Ok(out)
+    }
+
+    async fn drain(&mut self, max: usize) -> Result<Vec<InboundCommand>, BusError> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some((batch, expires)) = self.request.as_mut() else {
+                break;
+            };
+            match tokio::time::timeout(*expires + REQUEST_GRACE, batch.next()).await {
+                Ok(Some(Ok(message))) => out.extend(inbound(message)),
+                Ok(Some(Err(_))) | Ok(None) | Err(_) => self.request = None,
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Wraps a delivered message; a message without JetStream metadata cannot be ordered and is
+/// terminated.
+fn inbound(message: jetstream::Message) -> Option<InboundCommand> {
+    let sequence = match message.info() {
+        Ok(info) => info.stream_sequence,
+        Err(e) => {
+            tracing::error!(actor = "command_handler", subject = %message.subject, error = %e,
+                "delivered message has no JetStream metadata; terminating it");
+            tokio::spawn(async move {
+                let _ = message.ack_with(AckKind::Term).await;
+            });
+            return None;
+        }
+    };
+    let (message, acker) = message.split();
+    Some(InboundCommand {
+        subject: message.subject.to_string(),
+        payload: message.payload,
+        sequence,
+        delivery: Box::new(JetStreamDelivery(acker)),
+    })
+}
+
+struct JetStreamDelivery(jetstream::message::Acker);
+
+#[async_trait]
+impl Delivery for JetStreamDelivery {
+    async fn ack(&self) -> Result<(), BusError> {
+        self.0.ack().await.map_err(|e| BusError(e.to_string()))
+    }
+
+    async fn term(&self) -> Result<(), BusError> {
+        self.0
+            .ack_with(AckKind::Term)
+            .await
+            .map_err(|e| BusError(e.to_string()))
+    }
+
+    async fn nak(&self, delay: Duration) -> Result<(), BusError> {
+        self.0
+            .ack_with(AckKind::Nak(Some(delay)))
+            .await
+            .map_err(|e| BusError(e.to_string()))
+    }
+}
+
+/// Hands each (re)started CommandHandler a fresh source on the shared connection.
+pub struct JetStreamCommandSourceFactory {
+    js: jetstream::Context,
+    names: BrokerNames,
+}
+
+impl JetStreamCommandSourceFactory {
+    pub fn new(js: jetstream::Context, names: BrokerNames) -> Self {
+        Self { js, names }
+    }
+}
+
+impl CommandSourceFactory for JetStreamCommandSourceFactory {
+    fn create(&self) -> Box<dyn CommandSource> {
+        Box::new(JetStreamCommandSource::new(
+            self.js.clone(),
+            self.names.clone(),
+        ))
+    }
+}

@@ -1,0 +1,86 @@
+//! The streams and the consumer the service relies on, created when absent and accepted as
+//! they are when an operator made them first.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+
+use crate::domain::Subjects;
+
+/// Names of the broker objects of one deployment (CONTRACT.md §2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerNames {
+    pub command_stream: String,
+    pub consumer: String,
+    pub event_stream: String,
+    pub subjects: Subjects,
+}
+
+impl Default for BrokerNames {
+    fn default() -> Self {
+        Self {
+            command_stream: "TIMER_COMMANDS".into(),
+            consumer: "timer-service".into(),
+            event_stream: "TIMER_EVENTS".into(),
+            subjects: Subjects::default(),
+        }
+    }
+}
+
+/// How long an unacknowledged command waits before the broker delivers it again.
+pub const COMMAND_ACK_WAIT: Duration = Duration::from_secs(30);
+
+/// The command stream: a work queue, since a command acknowledged by the service is in SQLite
+/// and the broker need not keep it.
+pub async fn ensure_command_stream(
+    js: &jetstream::Context,
+    names: &BrokerNames,
+) -> Result<stream::Stream, async_nats::Error> {
+    Ok(js
+        .get_or_create_stream(stream::Config {
+            name: names.command_stream.clone(),
+            subjects: vec![names.subjects.command_wildcard()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await?)
+}
+
+/// The durable pull consumer the CommandHandler reads from: explicit acks, redelivered
+/// without limit until the service stores or refuses each command.
+pub async fn ensure_command_consumer(
+    js: &jetstream::Context,
+    names: &BrokerNames,
+) -> Result<consumer::PullConsumer, async_nats::Error> {
+    let stream = ensure_command_stream(js, names).await?;
+    Ok(stream
+        .get_or_create_consumer(
+            &names.consumer,
+            consumer::pull::Config {
+                durable_name: Some(names.consumer.clone()),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: COMMAND_ACK_WAIT,
+                max_ack_pending: 10_000,
+                ..Default::default()
+            },
+        )
+        .await?)
+}
+
+/// The event stream `DueTimeReached` and `TimerCommandRejected` are published to. Its
+/// duplicate window (the broker default, two minutes) is what drops a re-publish with the same
+/// `Nats-Msg-Id` after a crash.
+pub async fn ensure_event_stream(
+    js: &jetstream::Context,
+    names: &BrokerNames,
+) -> Result<stream::Stream, async_nats::Error> {
+    Ok(js
+        .get_or_create_stream(stream::Config {
+            name: names.event_stream.clone(),
+            subjects: vec![names.subjects.event_wildcard()],
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await?)
+}

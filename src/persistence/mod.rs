@@ -1,0 +1,12 @@
+//! Persistence: the only code that touches SeaORM and SQLite.
+//!
+//! - `db`: opening the SQLite file with the durability settings, and running migrations.
+//! - `entity`: the SeaORM model of `timer_schedules`.
+//! - `store`: every query the service runs, batch-shaped, one transaction per call.
+
+pub mod db;
+pub mod entity;
+pub mod store;
+
+pub use db::{SqliteSettings, Synchronous};
+pub use store::{Store, StoreError};

@@ -1,0 +1,59 @@
+//! `CommandSource` port: how commands enter the service, each with a handle to settle it with
+//! the broker once the service has decided its fate.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::event_bus::BusError;
+
+/// Settles one delivered command with the broker.
+#[async_trait]
+pub trait Delivery: Send + Sync {
+    /// The command is stored: never deliver it again.
+    async fn ack(&self) -> Result<(), BusError>;
+    /// The command can never be accepted: never deliver it again.
+    async fn term(&self) -> Result<(), BusError>;
+    /// The command could not be handled now: deliver it again after `delay`.
+    async fn nak(&self, delay: Duration) -> Result<(), BusError>;
+}
+
+/// One delivered command.
+pub struct InboundCommand {
+    pub subject: String,
+    pub payload: Bytes,
+    /// The broker's sequence for this command: orders commands for one key.
+    pub sequence: u64,
+    pub delivery: Box<dyn Delivery>,
+}
+
+impl std::fmt::Debug for InboundCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboundCommand")
+            .field("subject", &self.subject)
+            .field("sequence", &self.sequence)
+            .field("bytes", &self.payload.len())
+            .finish()
+    }
+}
+
+#[async_trait]
+pub trait CommandSource: Send + 'static {
+    /// Waits up to `wait` for a command, then returns it with every other one already
+    /// delivered, `max` at most. An empty batch means nothing arrived in time.
+    async fn next_batch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<InboundCommand>, BusError>;
+
+    /// Takes every command already requested from the broker and not yet returned, so a
+    /// graceful stop leaves none of them waiting for a redelivery timeout.
+    async fn drain(&mut self, max: usize) -> Result<Vec<InboundCommand>, BusError>;
+}
+
+/// Makes a fresh source each time a CommandHandler (re)starts.
+pub trait CommandSourceFactory: Send + Sync + 'static {
+    fn create(&self) -> Box<dyn CommandSource>;
+}
