@@ -168,9 +168,9 @@ impl Daemon {
         ));
     }
 
-    /// Whether the Supervisor currently has a running `kind` child registered.
-    pub fn is_running(&self, kind: ActorKind) -> bool {
-        ractor::registry::where_is(self.registry.name(kind)).is_some()
+    /// The id of the running `kind` actor, if one is running: a new id after a restart.
+    pub fn actor_id(&self, kind: ActorKind) -> Option<ractor::ActorId> {
+        ractor::registry::where_is(self.registry.name(kind)).map(|cell| cell.get_id())
     }
 
     /// Read access to the stored timers through the Persistence actor.

@@ -84,12 +84,11 @@ pub fn parse_schedule_timer(
     max_bytes: usize,
     new_correlation_id: impl FnOnce() -> String,
 ) -> Result<ScheduleTimer, Rejection> {
-    let subject_tenant = Subjects::last_token(subject);
-    let report_to = if check_tenant_id(subject_tenant).is_ok() {
-        subject_tenant.to_owned()
-    } else {
-        UNKNOWN_TENANT.to_owned()
-    };
+    let report_to = subjects
+        .command_tenant(subject)
+        .filter(|t| check_tenant_id(t).is_ok())
+        .unwrap_or(UNKNOWN_TENANT)
+        .to_owned();
     let reject = |reason: String| Rejection {
         tenant_id: report_to.clone(),
         reason,

@@ -63,9 +63,17 @@ impl Subjects {
         (!rest.is_empty() && !rest.contains('.')).then_some(rest)
     }
 
-    /// The last token of any command subject: where a rejection says which tenant it concerns.
-    pub fn last_token(subject: &str) -> &str {
-        subject.rsplit('.').next().unwrap_or(subject)
+    /// The tenant token of a command subject `<prefix>.<command>.<tenantId>`, whatever the
+    /// command: where a rejection is reported. `None` for any other shape, so a malformed
+    /// subject never reports one tenant's bytes to another.
+    pub fn command_tenant<'s>(&self, subject: &'s str) -> Option<&'s str> {
+        let rest = subject
+            .strip_prefix(self.command_prefix.as_str())?
+            .strip_prefix('.')?;
+        match rest.split('.').collect::<Vec<_>>().as_slice() {
+            [command, tenant] if !command.is_empty() && !tenant.is_empty() => Some(tenant),
+            _ => None,
+        }
     }
 }
 
@@ -90,5 +98,8 @@ mod tests {
         assert_eq!(s.schedule_tenant("timer.cmd.schedule.a.b"), None);
         assert_eq!(s.schedule_tenant("timer.cmd.cancel.acme"), None);
         assert_eq!(s.schedule_tenant("timer.cmd.schedule."), None);
+        assert_eq!(s.command_tenant("timer.cmd.cancel.acme"), Some("acme"));
+        assert_eq!(s.command_tenant("timer.cmd.schedule.acme.x"), None);
+        assert_eq!(s.command_tenant("other.cmd.schedule.acme"), None);
     }
 }

@@ -2,7 +2,7 @@
 //! serves unit tests of the actors.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -33,6 +33,7 @@ pub trait EventBus: Send + Sync + 'static {
 pub struct InMemoryEventBus {
     published: Mutex<Vec<OutgoingEvent>>,
     refusing: AtomicBool,
+    offered: AtomicUsize,
 }
 
 impl InMemoryEventBus {
@@ -47,6 +48,11 @@ impl InMemoryEventBus {
             .clone()
     }
 
+    /// Events offered to the bus so far, refused ones included.
+    pub fn offered(&self) -> usize {
+        self.offered.load(Ordering::SeqCst)
+    }
+
     /// While `true`, every publish fails.
     pub fn set_refusing(&self, refusing: bool) {
         self.refusing.store(refusing, Ordering::SeqCst);
@@ -56,6 +62,7 @@ impl InMemoryEventBus {
 #[async_trait]
 impl EventBus for InMemoryEventBus {
     async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+        self.offered.fetch_add(events.len(), Ordering::SeqCst);
         if self.refusing.load(Ordering::SeqCst) {
             return events
                 .iter()

@@ -1,0 +1,409 @@
+//! Shared test harness: a real `nats-server` per test (own port, own storage directory, killable
+//! and restartable), the daemon in-process or as a child process, and a client that speaks the
+//! wire contract with plain JSON.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use timer_service::Config;
+
+/// Polls `check` until it yields `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+fn nats_server_bin() -> PathBuf {
+    std::env::var_os("NATS_SERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("nats-server"))
+}
+
+/// A `nats-server` with JetStream on a free port and its own storage directory, killed on drop.
+pub struct NatsServer {
+    pub port: u16,
+    store: TempDir,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    pub fn start() -> Self {
+        let mut server = Self {
+            port: free_port(),
+            store: tempfile::tempdir().expect("tempdir"),
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.store.path().join("nats-server.log")).expect("log file");
+        let child = Command::new(nats_server_bin())
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
+            .arg(self.store.path().join("js"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start nats-server: install it or set NATS_SERVER_BIN");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL), keeping its storage.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port with the same storage.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A scratch directory holding the daemon's SQLite file.
+pub struct Scratch {
+    pub dir: TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join("timers.db")
+    }
+}
+
+/// Daemon configuration for a test: its own database, the test's broker, default intervals
+/// (so a timer firing well inside the 5 s polling interval proves the exact wake-up).
+pub fn config(server: &NatsServer, scratch: &Scratch) -> Config {
+    Config {
+        broker_url: server.url(),
+        db_path: scratch.db_path(),
+        ..Config::default()
+    }
+}
+
+/// The daemon binary as a child process, for SIGKILL and SIGTERM.
+pub struct DaemonProcess {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl DaemonProcess {
+    pub fn start(server: &NatsServer, scratch: &Scratch) -> Self {
+        let log = scratch
+            .dir
+            .path()
+            .join(format!("daemon-{}.log", uuid::Uuid::now_v7()));
+        let out = std::fs::File::create(&log).expect("log");
+        let child = Command::new(env!("CARGO_BIN_EXE_timer-service"))
+            .arg("run")
+            .arg("--config")
+            .arg(scratch.dir.path().join("absent-config.toml"))
+            .env("TIMER_BROKER_URL", server.url())
+            .env("TIMER_DB_PATH", scratch.db_path())
+            .env("RUST_LOG", "info,timer_service=debug")
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("start timer-service");
+        Self { child, log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(self.pid(), signal);
+        }
+    }
+
+    /// Waits for the process to exit, up to `timeout`; prints its log when it failed.
+    pub async fn wait_exit(mut self, timeout: Duration) -> std::process::ExitStatus {
+        let child = &mut self.child;
+        let status = eventually(timeout, "the daemon process to exit", || {
+            let status = child.try_wait().ok().flatten();
+            async move { status }
+        })
+        .await;
+        if !status.success() {
+            eprintln!("daemon log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+        }
+        status
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A ScheduleTimer envelope, as a client writes it.
+pub fn schedule_command(
+    tenant: &str,
+    service_call_id: &str,
+    due_at: &str,
+    correlation_id: Option<&str>,
+) -> Value {
+    let mut payload = json!({
+        "tenantId": tenant,
+        "serviceCallId": service_call_id,
+        "dueAt": due_at,
+    });
+    if let Some(c) = correlation_id {
+        payload["correlationId"] = json!(c);
+    }
+    json!({
+        "id": uuid::Uuid::now_v7(),
+        "type": "ScheduleTimer",
+        "tenantId": tenant,
+        "timestampMs": Utc::now().timestamp_millis(),
+        "correlationId": null,
+        "causationId": null,
+        "aggregateId": service_call_id,
+        "payload": payload,
+    })
+}
+
+/// One event read back from the event stream.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub subject: String,
+    pub msg_id: Option<String>,
+    pub envelope: Value,
+    /// When the broker stored it.
+    pub stored_at: DateTime<Utc>,
+}
+
+impl StoredEvent {
+    pub fn service_call_id(&self) -> &str {
+        self.envelope["payload"]["serviceCallId"]
+            .as_str()
+            .unwrap_or_default()
+    }
+
+    pub fn due_at(&self) -> DateTime<Utc> {
+        self.envelope["payload"]["dueAt"]
+            .as_str()
+            .and_then(|t| t.parse().ok())
+            .expect("dueAt")
+    }
+}
+
+/// A client of the service: publishes commands, reads events.
+pub struct TestClient {
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+}
+
+impl TestClient {
+    pub async fn connect(server: &NatsServer) -> Self {
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect(server.url())
+            .await
+            .expect("connect");
+        let js = jetstream::new(client.clone());
+        Self { client, js }
+    }
+
+    /// Waits until the daemon has created the command stream (so publishes are stored).
+    pub async fn wait_for_command_stream(&self) {
+        eventually(Duration::from_secs(15), "the TIMER_COMMANDS stream", || async {
+            self.js.get_stream("TIMER_COMMANDS").await.ok().map(|_| ())
+        })
+        .await
+    }
+
+    /// Publishes raw bytes on `subject` and waits for the broker to store them.
+    pub async fn publish_raw(&self, subject: &str, bytes: Vec<u8>) {
+        self.js
+            .publish(subject.to_owned(), bytes.into())
+            .await
+            .expect("publish")
+            .await
+            .expect("PubAck");
+    }
+
+    pub async fn schedule(
+        &self,
+        tenant: &str,
+        service_call_id: &str,
+        due_at: DateTime<Utc>,
+        correlation_id: Option<&str>,
+    ) {
+        let command = schedule_command(tenant, service_call_id, &rfc3339(due_at), correlation_id);
+        self.publish_raw(
+            &format!("timer.cmd.schedule.{tenant}"),
+            serde_json::to_vec(&command).expect("json"),
+        )
+        .await;
+    }
+
+    /// Every event stored so far on subjects matching `filter` (e.g. `timer.evt.due.>`), in
+    /// stream order. Empty while the event stream does not exist yet.
+    pub async fn events(&self, filter: &str) -> Vec<StoredEvent> {
+        let Ok(stream) = self.js.get_stream("TIMER_EVENTS").await else {
+            return Vec::new();
+        };
+        let Ok(consumer) = stream
+            .create_consumer(consumer::pull::Config {
+                filter_subject: filter.to_owned(),
+                deliver_policy: consumer::DeliverPolicy::All,
+                ack_policy: consumer::AckPolicy::None,
+                inactive_threshold: Duration::from_secs(5),
+                ..Default::default()
+            })
+            .await
+        else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        loop {
+            let Ok(batch) = consumer.fetch().max_messages(1000).messages().await else {
+                break;
+            };
+            let messages: Vec<_> = futures::StreamExt::collect(batch).await;
+            if messages.is_empty() {
+                break;
+            }
+            for message in messages.into_iter().flatten() {
+                let stored_at = message
+                    .info()
+                    .map(|i| {
+                        DateTime::<Utc>::from_timestamp_nanos(i.published.unix_timestamp_nanos() as i64)
+                    })
+                    .expect("info");
+                out.push(StoredEvent {
+                    subject: message.subject.to_string(),
+                    msg_id: message
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get("Nats-Msg-Id"))
+                        .map(|v| v.to_string()),
+                    envelope: serde_json::from_slice(&message.payload).expect("event is JSON"),
+                    stored_at,
+                });
+            }
+        }
+        out
+    }
+
+    /// Waits until at least `count` events match `filter`, and returns them all.
+    pub async fn await_events(
+        &self,
+        filter: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Vec<StoredEvent> {
+        eventually(timeout, &format!("{count} events on {filter}"), || async {
+            let events = self.events(filter).await;
+            (events.len() >= count).then_some(events)
+        })
+        .await
+    }
+
+    /// Waits until the event for `service_call_id` of `tenant` is stored, and returns it.
+    pub async fn await_due(&self, tenant: &str, service_call_id: &str, timeout: Duration) -> StoredEvent {
+        let filter = format!("timer.evt.due.{tenant}");
+        eventually(timeout, &format!("DueTimeReached for {service_call_id}"), || async {
+            self.events(&filter)
+                .await
+                .into_iter()
+                .find(|e| e.service_call_id() == service_call_id)
+        })
+        .await
+    }
+
+    /// Schedules a sentinel timer due now and waits for it: every command published before it
+    /// has then been handled, and everything due before it has fired.
+    pub async fn barrier(&self, tenant: &str) {
+        let id = format!("sentinel-{}", uuid::Uuid::now_v7());
+        self.schedule(tenant, &id, Utc::now(), None).await;
+        self.await_due(tenant, &id, Duration::from_secs(15)).await;
+    }
+
+    /// Number of events for `service_call_id` on `tenant`'s due subject.
+    pub async fn count_due(&self, tenant: &str, service_call_id: &str) -> usize {
+        self.events(&format!("timer.evt.due.{tenant}"))
+            .await
+            .iter()
+            .filter(|e| e.service_call_id() == service_call_id)
+            .count()
+    }
+
+    /// Commands the broker still holds for the daemon (undelivered or unacknowledged).
+    pub async fn commands_outstanding(&self) -> u64 {
+        let mut consumer: consumer::PullConsumer = self
+            .js
+            .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
+            .await
+            .expect("consumer");
+        let info = consumer.info().await.expect("consumer info");
+        info.num_pending + info.num_ack_pending as u64
+    }
+}

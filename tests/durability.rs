@@ -1,0 +1,150 @@
+//! Durability: nothing acknowledged is lost when the daemon is stopped, killed with SIGKILL,
+//! shut down gracefully, or when the broker goes away and comes back.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use common::{DaemonProcess, NatsServer, Scratch, TestClient, config, eventually};
+use timer_service::{ActorKind, Daemon};
+
+fn millis(t: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
+    Utc.timestamp_millis_opt(t.timestamp_millis()).unwrap()
+}
+
+/// Asserts every `ids` timer of `tenant` fired at least once and none before its `dueAt`.
+async fn assert_all_fired(client: &TestClient, tenant: &str, ids: &[String], timeout: Duration) {
+    let filter = format!("timer.evt.due.{tenant}");
+    let events = eventually(timeout, "every timer to fire", || async {
+        let events = client.events(&filter).await;
+        let fired: HashSet<&str> = events.iter().map(|e| e.service_call_id()).collect();
+        ids.iter().all(|id| fired.contains(id.as_str())).then_some(events.clone())
+    })
+    .await;
+    for event in events {
+        assert!(event.stored_at >= event.due_at(), "{} fired before dueAt", event.service_call_id());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_sent_while_the_daemon_is_stopped_fire_after_it_starts() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    client.wait_for_command_stream().await;
+    daemon.shutdown().await.unwrap();
+
+    let due_at = Utc::now() + chrono::Duration::milliseconds(300);
+    let ids: Vec<String> = (0..20).map(|i| format!("offline-{i}")).collect();
+    for id in &ids {
+        client.schedule("acme", id, due_at, None).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // they are overdue when the daemon returns
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    assert_all_fired(&client, "acme", &ids, Duration::from_secs(15)).await;
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_timers_are_due_loses_none() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    let process = DaemonProcess::start(&server, &scratch);
+    client.wait_for_command_stream().await;
+
+    // 400 timers due over 2 s: the kill lands while they are firing.
+    let start = Utc::now() + chrono::Duration::milliseconds(500);
+    let ids: Vec<String> = (0..400).map(|i| format!("k-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        client.schedule("acme", id, millis(start + chrono::Duration::milliseconds(5 * i as i64)), None).await;
+    }
+    eventually(Duration::from_secs(15), "the first timers to fire", || async {
+        (client.events("timer.evt.due.acme").await.len() >= 20).then_some(())
+    })
+    .await;
+    process.kill9();
+    let fired_before_restart = client.events("timer.evt.due.acme").await.len();
+    assert!(fired_before_restart < ids.len(), "the kill came after everything fired");
+
+    let process = DaemonProcess::start(&server, &scratch);
+    assert_all_fired(&client, "acme", &ids, Duration::from_secs(20)).await;
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_zero_and_loses_nothing() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    let process = DaemonProcess::start(&server, &scratch);
+    client.wait_for_command_stream().await;
+
+    let due_at = millis(Utc::now() + chrono::Duration::milliseconds(3000));
+    let ids: Vec<String> = (0..300).map(|i| format!("t-{i}")).collect();
+    for id in &ids {
+        client.schedule("acme", id, due_at, None).await;
+    }
+    // Stop while commands may still be in flight.
+    let asked = std::time::Instant::now();
+    process.signal(libc::SIGTERM);
+    let status = process.wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "exit status {status}");
+    assert!(asked.elapsed() < Duration::from_secs(5), "shutdown took {:?}", asked.elapsed());
+
+    let process = DaemonProcess::start(&server, &scratch);
+    assert_all_fired(&client, "acme", &ids, Duration::from_secs(15)).await;
+    process.signal(libc::SIGINT);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outage_is_survived_and_caught_up() {
+    let mut server = NatsServer::start();
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+
+    // Due while the broker is down.
+    let due_at = Utc::now() + chrono::Duration::milliseconds(700);
+    let ids: Vec<String> = (0..30).map(|i| format!("outage-{i}")).collect();
+    for id in &ids {
+        client.schedule("acme", id, due_at, None).await;
+    }
+    eventually(Duration::from_secs(5), "the commands to be stored", || async {
+        let stored = daemon.persistence().get("acme", "outage-29").await.ok().flatten();
+        stored.map(|_| ())
+    })
+    .await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the outage: timers fall due meanwhile
+    assert!(daemon.actor_id(ActorKind::Poller).is_some(), "daemon still up");
+    server.restart();
+
+    assert_all_fired(&client, "acme", &ids, Duration::from_secs(20)).await;
+    // And new commands flow again.
+    let after = Utc::now() + chrono::Duration::milliseconds(300);
+    client.schedule("acme", "after-outage", after, None).await;
+    client.await_due("acme", "after-outage", Duration::from_secs(15)).await;
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_starts_while_the_broker_is_away_and_catches_up() {
+    let mut server = NatsServer::start();
+    server.kill();
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await; // the outage at start-up
+    server.restart();
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    client.schedule("acme", "late-broker", Utc::now(), None).await;
+    client.await_due("acme", "late-broker", Duration::from_secs(15)).await;
+    daemon.shutdown().await.unwrap();
+}

@@ -1,0 +1,102 @@
+//! One timer per `(tenantId, serviceCallId)`: duplicates, reschedules, commands after firing and
+//! stale redeliveries follow the rules of CONTRACT.md §3.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use common::{NatsServer, Scratch, TestClient, config};
+use timer_service::Daemon;
+use timer_service::domain::{TimerEntry, TimerState};
+
+async fn started() -> (NatsServer, Scratch, Daemon, TestClient) {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    (server, scratch, daemon, client)
+}
+
+fn millis(t: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
+    Utc.timestamp_millis_opt(t.timestamp_millis()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicated_command_fires_once() {
+    let (_server, _scratch, daemon, client) = started().await;
+    let due_at = Utc::now() + chrono::Duration::milliseconds(800);
+    for _ in 0..3 {
+        client.schedule("acme", "dup", due_at, Some("same")).await;
+    }
+    client.await_due("acme", "dup", Duration::from_secs(10)).await;
+    client.barrier("acme").await;
+    assert_eq!(client.count_due("acme", "dup").await, 1);
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reschedule_before_due_fires_only_at_the_new_time() {
+    let (_server, _scratch, daemon, client) = started().await;
+    let first = Utc::now() + chrono::Duration::milliseconds(1500);
+    let second = millis(first + chrono::Duration::milliseconds(1500));
+    client.schedule("acme", "moved", first, Some("v1")).await;
+    client.schedule("acme", "moved", second, Some("v2")).await;
+
+    let event = client.await_due("acme", "moved", Duration::from_secs(10)).await;
+    assert_eq!(event.due_at(), second);
+    assert!(event.stored_at >= second, "fired before the new dueAt");
+    assert_eq!(event.envelope["correlationId"], "v2");
+    client.barrier("acme").await;
+    assert_eq!(client.count_due("acme", "moved").await, 1);
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_after_the_timer_fired_is_ignored() {
+    let (_server, _scratch, daemon, client) = started().await;
+    client.schedule("acme", "done", Utc::now(), None).await;
+    client.await_due("acme", "done", Duration::from_secs(10)).await;
+
+    let later = Utc::now() + chrono::Duration::milliseconds(300);
+    client.schedule("acme", "done", later, None).await;
+    // A sentinel due after `later` has fired: the ignored command had its chance to fire.
+    let id = "after-later";
+    client.schedule("acme", id, later + chrono::Duration::milliseconds(300), None).await;
+    client.await_due("acme", id, Duration::from_secs(10)).await;
+
+    assert_eq!(client.count_due("acme", "done").await, 1);
+    let stored = daemon.persistence().get("acme", "done").await.unwrap().unwrap();
+    assert_eq!(stored.state, TimerState::Reached);
+    daemon.shutdown().await.unwrap();
+}
+
+/// The broker only redelivers an older command after a newer one after a crash; here the two
+/// writes reach the running daemon's Persistence actor directly, in that order, and the timer
+/// must fire at the newer command's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_command_applied_after_a_newer_one_has_no_effect() {
+    let (_server, _scratch, daemon, client) = started().await;
+    let newer_due = millis(Utc::now() + chrono::Duration::milliseconds(1500));
+    let older_due = millis(Utc::now() + chrono::Duration::milliseconds(200));
+    let entry = |seq: u64, due_at, correlation: &str| TimerEntry {
+        tenant_id: "acme".into(),
+        service_call_id: "ordered".into(),
+        correlation_id: correlation.into(),
+        due_at,
+        registered_at: Utc::now(),
+        reached_at: None,
+        state: TimerState::Scheduled,
+        command_seq: seq,
+    };
+    let persistence = daemon.persistence();
+    assert_eq!(persistence.upsert(vec![entry(10, newer_due, "newer")]).await.unwrap(), 1);
+    assert_eq!(persistence.upsert(vec![entry(3, older_due, "older")]).await.unwrap(), 0);
+
+    let event = client.await_due("acme", "ordered", Duration::from_secs(10)).await;
+    assert_eq!(event.due_at(), newer_due);
+    assert_eq!(event.envelope["correlationId"], "newer");
+    assert!(event.stored_at >= newer_due);
+    daemon.shutdown().await.unwrap();
+}
