@@ -51,7 +51,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let run = uuid::Uuid::now_v7().simple().to_string();
     let first_due = Utc::now() + chrono::Duration::milliseconds((args.in_secs * 1000.0) as i64);
-    let step = args.spread_ms.checked_div(args.count.max(1) as u64).unwrap_or(0);
+    let step = args
+        .spread_ms
+        .checked_div(args.count.max(1) as u64)
+        .unwrap_or(0);
     let mut acks = Vec::with_capacity(args.count);
     for i in 0..args.count {
         let due_at = first_due + chrono::Duration::milliseconds((step * i as u64) as i64);
@@ -70,7 +73,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         });
         let subject = format!("timer.cmd.schedule.{}", args.tenant);
-        acks.push(js.publish(subject, serde_json::to_vec(&command)?.into()).await?);
+        acks.push(
+            js.publish(subject, serde_json::to_vec(&command)?.into())
+                .await?,
+        );
     }
     for ack in acks {
         ack.await?; // stored in the command stream: the daemon will get it

@@ -20,11 +20,17 @@ async fn assert_all_fired(client: &TestClient, tenant: &str, ids: &[String], tim
     let events = eventually(timeout, "every timer to fire", || async {
         let events = client.events(&filter).await;
         let fired: HashSet<&str> = events.iter().map(|e| e.service_call_id()).collect();
-        ids.iter().all(|id| fired.contains(id.as_str())).then_some(events.clone())
+        ids.iter()
+            .all(|id| fired.contains(id.as_str()))
+            .then_some(events.clone())
     })
     .await;
     for event in events {
-        assert!(event.stored_at >= event.due_at(), "{} fired before dueAt", event.service_call_id());
+        assert!(
+            event.stored_at >= event.due_at(),
+            "{} fired before dueAt",
+            event.service_call_id()
+        );
     }
 }
 
@@ -60,15 +66,27 @@ async fn sigkill_while_timers_are_due_loses_none() {
     let start = Utc::now() + chrono::Duration::milliseconds(500);
     let ids: Vec<String> = (0..400).map(|i| format!("k-{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
-        client.schedule("acme", id, millis(start + chrono::Duration::milliseconds(5 * i as i64)), None).await;
+        client
+            .schedule(
+                "acme",
+                id,
+                millis(start + chrono::Duration::milliseconds(5 * i as i64)),
+                None,
+            )
+            .await;
     }
-    eventually(Duration::from_secs(15), "the first timers to fire", || async {
-        (client.events("timer.evt.due.acme").await.len() >= 20).then_some(())
-    })
+    eventually(
+        Duration::from_secs(15),
+        "the first timers to fire",
+        || async { (client.events("timer.evt.due.acme").await.len() >= 20).then_some(()) },
+    )
     .await;
     process.kill9();
     let fired_before_restart = client.events("timer.evt.due.acme").await.len();
-    assert!(fired_before_restart < ids.len(), "the kill came after everything fired");
+    assert!(
+        fired_before_restart < ids.len(),
+        "the kill came after everything fired"
+    );
 
     let process = DaemonProcess::start(&server, &scratch);
     assert_all_fired(&client, "acme", &ids, Duration::from_secs(20)).await;
@@ -94,7 +112,11 @@ async fn sigterm_exits_zero_and_loses_nothing() {
     process.signal(libc::SIGTERM);
     let status = process.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success(), "exit status {status}");
-    assert!(asked.elapsed() < Duration::from_secs(5), "shutdown took {:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        asked.elapsed()
+    );
 
     let process = DaemonProcess::start(&server, &scratch);
     assert_all_fired(&client, "acme", &ids, Duration::from_secs(15)).await;
@@ -116,21 +138,35 @@ async fn a_broker_outage_is_survived_and_caught_up() {
     for id in &ids {
         client.schedule("acme", id, due_at, None).await;
     }
-    eventually(Duration::from_secs(5), "the commands to be stored", || async {
-        let stored = daemon.persistence().get("acme", "outage-29").await.ok().flatten();
-        stored.map(|_| ())
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the commands to be stored",
+        || async {
+            let stored = daemon
+                .persistence()
+                .get("acme", "outage-29")
+                .await
+                .ok()
+                .flatten();
+            stored.map(|_| ())
+        },
+    )
     .await;
     server.kill();
     tokio::time::sleep(Duration::from_millis(1500)).await; // the outage: timers fall due meanwhile
-    assert!(daemon.actor_id(ActorKind::Poller).is_some(), "daemon still up");
+    assert!(
+        daemon.actor_id(ActorKind::Poller).is_some(),
+        "daemon still up"
+    );
     server.restart();
 
     assert_all_fired(&client, "acme", &ids, Duration::from_secs(20)).await;
     // And new commands flow again.
     let after = Utc::now() + chrono::Duration::milliseconds(300);
     client.schedule("acme", "after-outage", after, None).await;
-    client.await_due("acme", "after-outage", Duration::from_secs(15)).await;
+    client
+        .await_due("acme", "after-outage", Duration::from_secs(15))
+        .await;
     daemon.shutdown().await.unwrap();
 }
 
@@ -144,7 +180,11 @@ async fn the_daemon_starts_while_the_broker_is_away_and_catches_up() {
     server.restart();
     let client = TestClient::connect(&server).await;
     client.wait_for_command_stream().await;
-    client.schedule("acme", "late-broker", Utc::now(), None).await;
-    client.await_due("acme", "late-broker", Duration::from_secs(15)).await;
+    client
+        .schedule("acme", "late-broker", Utc::now(), None)
+        .await;
+    client
+        .await_due("acme", "late-broker", Duration::from_secs(15))
+        .await;
     daemon.shutdown().await.unwrap();
 }

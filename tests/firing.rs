@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use chrono::{Utc, TimeZone};
+use chrono::{TimeZone, Utc};
 use common::{NatsServer, Scratch, TestClient, config};
 use timer_service::Daemon;
 use timer_service::domain::events::due_message_id;
@@ -25,19 +25,37 @@ async fn fires_at_due_at_with_the_contract_envelope() {
     client.wait_for_command_stream().await;
 
     let due_at = Utc::now() + chrono::Duration::milliseconds(1500);
-    client.schedule("acme", "sc-7", due_at, Some("req-42")).await;
+    client
+        .schedule("acme", "sc-7", due_at, Some("req-42"))
+        .await;
 
     // Nothing before dueAt.
     while Utc::now() < due_at - chrono::Duration::milliseconds(100) {
-        assert_eq!(client.count_due("acme", "sc-7").await, 0, "fired before dueAt");
+        assert_eq!(
+            client.count_due("acme", "sc-7").await,
+            0,
+            "fired before dueAt"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let event = client.await_due("acme", "sc-7", Duration::from_secs(10)).await;
+    let event = client
+        .await_due("acme", "sc-7", Duration::from_secs(10))
+        .await;
     let expected_due = Utc.timestamp_millis_opt(due_at.timestamp_millis()).unwrap();
 
     assert_eq!(event.subject, "timer.evt.due.acme");
-    assert!(event.stored_at >= expected_due, "stored {} before dueAt {}", event.stored_at, expected_due);
-    assert!(event.stored_at - expected_due < ON_TIME, "late: stored {} for dueAt {}", event.stored_at, expected_due);
+    assert!(
+        event.stored_at >= expected_due,
+        "stored {} before dueAt {}",
+        event.stored_at,
+        expected_due
+    );
+    assert!(
+        event.stored_at - expected_due < ON_TIME,
+        "late: stored {} for dueAt {}",
+        event.stored_at,
+        expected_due
+    );
 
     let e = &event.envelope;
     assert_eq!(e["type"], "DueTimeReached");
@@ -55,7 +73,10 @@ async fn fires_at_due_at_with_the_contract_envelope() {
     assert_eq!(p["dueAt"], common::rfc3339(expected_due));
     let reached_at: chrono::DateTime<Utc> = p["reachedAt"].as_str().unwrap().parse().unwrap();
     assert!(reached_at >= expected_due);
-    assert_eq!(p["reachedAt"].as_str().unwrap().len(), "2026-11-22T10:00:00.000Z".len());
+    assert_eq!(
+        p["reachedAt"].as_str().unwrap().len(),
+        "2026-11-22T10:00:00.000Z".len()
+    );
 
     let fired = TimerEntry {
         tenant_id: "acme".into(),
@@ -67,9 +88,17 @@ async fn fires_at_due_at_with_the_contract_envelope() {
         state: TimerState::Scheduled,
         command_seq: 0,
     };
-    assert_eq!(event.msg_id.as_deref(), Some(due_message_id(&fired).as_str()));
+    assert_eq!(
+        event.msg_id.as_deref(),
+        Some(due_message_id(&fired).as_str())
+    );
 
-    let stored = daemon.persistence().get("acme", "sc-7").await.unwrap().unwrap();
+    let stored = daemon
+        .persistence()
+        .get("acme", "sc-7")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.state, TimerState::Reached);
     assert_eq!(stored.reached_at, Some(reached_at));
     daemon.shutdown().await.unwrap();
@@ -86,13 +115,30 @@ async fn a_due_at_in_the_past_fires_at_once_and_offsets_are_echoed_in_utc() {
     let sent = Utc::now();
     let command = common::schedule_command("acme", "past", "2020-01-01T12:00:00.5+02:00", None);
     client
-        .publish_raw("timer.cmd.schedule.acme", serde_json::to_vec(&command).unwrap())
+        .publish_raw(
+            "timer.cmd.schedule.acme",
+            serde_json::to_vec(&command).unwrap(),
+        )
         .await;
-    let event = client.await_due("acme", "past", Duration::from_secs(10)).await;
-    assert!(event.stored_at - sent < ON_TIME, "past timer took {}", event.stored_at - sent);
-    assert_eq!(event.envelope["payload"]["dueAt"], "2020-01-01T10:00:00.500Z");
+    let event = client
+        .await_due("acme", "past", Duration::from_secs(10))
+        .await;
+    assert!(
+        event.stored_at - sent < ON_TIME,
+        "past timer took {}",
+        event.stored_at - sent
+    );
+    assert_eq!(
+        event.envelope["payload"]["dueAt"],
+        "2020-01-01T10:00:00.500Z"
+    );
     // No correlation id anywhere: the service generated one.
-    assert!(!event.envelope["correlationId"].as_str().unwrap_or_default().is_empty());
+    assert!(
+        !event.envelope["correlationId"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty()
+    );
     daemon.shutdown().await.unwrap();
 }
 
@@ -111,11 +157,17 @@ async fn many_tenants_with_timers_due_at_the_same_instant_all_fire_once() {
     for t in 0..TENANTS {
         for i in 0..PER_TENANT {
             // The same serviceCallId in every tenant: tenants must not collide.
-            client.schedule(&format!("tenant-{t}"), &format!("call-{i}"), due_at, None).await;
+            client
+                .schedule(&format!("tenant-{t}"), &format!("call-{i}"), due_at, None)
+                .await;
         }
     }
     let events = client
-        .await_events("timer.evt.due.>", TENANTS * PER_TENANT, Duration::from_secs(20))
+        .await_events(
+            "timer.evt.due.>",
+            TENANTS * PER_TENANT,
+            Duration::from_secs(20),
+        )
         .await;
     let mut seen: HashMap<(String, String), usize> = HashMap::new();
     for event in &events {
@@ -123,10 +175,19 @@ async fn many_tenants_with_timers_due_at_the_same_instant_all_fire_once() {
         assert_eq!(event.subject, format!("timer.evt.due.{tenant}"));
         assert_eq!(event.envelope["payload"]["tenantId"], tenant.as_str());
         assert!(event.stored_at >= due_at, "fired early");
-        assert!(event.stored_at - due_at < chrono::Duration::milliseconds(3000), "fired late: {}", event.stored_at - due_at);
-        *seen.entry((tenant, event.service_call_id().to_owned())).or_default() += 1;
+        assert!(
+            event.stored_at - due_at < chrono::Duration::milliseconds(3000),
+            "fired late: {}",
+            event.stored_at - due_at
+        );
+        *seen
+            .entry((tenant, event.service_call_id().to_owned()))
+            .or_default() += 1;
     }
     assert_eq!(seen.len(), TENANTS * PER_TENANT, "every timer fired");
-    assert!(seen.values().all(|n| *n == 1), "each timer fired exactly once");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "each timer fired exactly once"
+    );
     daemon.shutdown().await.unwrap();
 }

@@ -30,7 +30,9 @@ async fn a_duplicated_command_fires_once() {
     for _ in 0..3 {
         client.schedule("acme", "dup", due_at, Some("same")).await;
     }
-    client.await_due("acme", "dup", Duration::from_secs(10)).await;
+    client
+        .await_due("acme", "dup", Duration::from_secs(10))
+        .await;
     client.barrier("acme").await;
     assert_eq!(client.count_due("acme", "dup").await, 1);
     daemon.shutdown().await.unwrap();
@@ -44,7 +46,9 @@ async fn a_reschedule_before_due_fires_only_at_the_new_time() {
     client.schedule("acme", "moved", first, Some("v1")).await;
     client.schedule("acme", "moved", second, Some("v2")).await;
 
-    let event = client.await_due("acme", "moved", Duration::from_secs(10)).await;
+    let event = client
+        .await_due("acme", "moved", Duration::from_secs(10))
+        .await;
     assert_eq!(event.due_at(), second);
     assert!(event.stored_at >= second, "fired before the new dueAt");
     assert_eq!(event.envelope["correlationId"], "v2");
@@ -57,17 +61,31 @@ async fn a_reschedule_before_due_fires_only_at_the_new_time() {
 async fn a_command_after_the_timer_fired_is_ignored() {
     let (_server, _scratch, daemon, client) = started().await;
     client.schedule("acme", "done", Utc::now(), None).await;
-    client.await_due("acme", "done", Duration::from_secs(10)).await;
+    client
+        .await_due("acme", "done", Duration::from_secs(10))
+        .await;
 
     let later = Utc::now() + chrono::Duration::milliseconds(300);
     client.schedule("acme", "done", later, None).await;
     // A sentinel due after `later` has fired: the ignored command had its chance to fire.
     let id = "after-later";
-    client.schedule("acme", id, later + chrono::Duration::milliseconds(300), None).await;
+    client
+        .schedule(
+            "acme",
+            id,
+            later + chrono::Duration::milliseconds(300),
+            None,
+        )
+        .await;
     client.await_due("acme", id, Duration::from_secs(10)).await;
 
     assert_eq!(client.count_due("acme", "done").await, 1);
-    let stored = daemon.persistence().get("acme", "done").await.unwrap().unwrap();
+    let stored = daemon
+        .persistence()
+        .get("acme", "done")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.state, TimerState::Reached);
     daemon.shutdown().await.unwrap();
 }
@@ -91,10 +109,24 @@ async fn an_older_command_applied_after_a_newer_one_has_no_effect() {
         command_seq: seq,
     };
     let persistence = daemon.persistence();
-    assert_eq!(persistence.upsert(vec![entry(10, newer_due, "newer")]).await.unwrap(), 1);
-    assert_eq!(persistence.upsert(vec![entry(3, older_due, "older")]).await.unwrap(), 0);
+    assert_eq!(
+        persistence
+            .upsert(vec![entry(10, newer_due, "newer")])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        persistence
+            .upsert(vec![entry(3, older_due, "older")])
+            .await
+            .unwrap(),
+        0
+    );
 
-    let event = client.await_due("acme", "ordered", Duration::from_secs(10)).await;
+    let event = client
+        .await_due("acme", "ordered", Duration::from_secs(10))
+        .await;
     assert_eq!(event.due_at(), newer_due);
     assert_eq!(event.envelope["correlationId"], "newer");
     assert!(event.stored_at >= newer_due);

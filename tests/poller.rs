@@ -28,7 +28,10 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     let (persistence_ref, _) = Actor::spawn(
         Some(registry.name(ActorKind::Persistence)),
         Persistence,
-        PersistenceArgs { db_path, sqlite: SqliteSettings::default() },
+        PersistenceArgs {
+            db_path,
+            sqlite: SqliteSettings::default(),
+        },
     )
     .await
     .unwrap();
@@ -71,15 +74,27 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     .unwrap();
 
     // On start it fires what is due by the clock, and only that.
-    eventually(Duration::from_secs(5), "the past timer to be Reached", || async {
-        let row = persistence.get("acme", "past").await.unwrap()?;
-        (row.state == TimerState::Reached).then_some(())
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the past timer to be Reached",
+        || async {
+            let row = persistence.get("acme", "past").await.unwrap()?;
+            (row.state == TimerState::Reached).then_some(())
+        },
+    )
     .await;
     let published = bus.published();
     assert_eq!(published.len(), 1);
     assert_eq!(published[0].subject, "timer.evt.due.acme");
-    assert_eq!(persistence.get("acme", "future").await.unwrap().unwrap().state, TimerState::Scheduled);
+    assert_eq!(
+        persistence
+            .get("acme", "future")
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        TimerState::Scheduled
+    );
 
     // The broker refuses: the due timer stays Scheduled.
     bus.set_refusing(true);
@@ -96,10 +111,14 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     // The broker is back: the retry publishes it and marks it.
     bus.set_refusing(false);
     poller.cast(PollerMsg::Tick).unwrap();
-    eventually(Duration::from_secs(5), "the future timer to be Reached", || async {
-        let row = persistence.get("acme", "future").await.unwrap()?;
-        (row.state == TimerState::Reached).then_some(row)
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the future timer to be Reached",
+        || async {
+            let row = persistence.get("acme", "future").await.unwrap()?;
+            (row.state == TimerState::Reached).then_some(row)
+        },
+    )
     .await;
     assert_eq!(bus.published().len(), 2);
     poller.stop(None);

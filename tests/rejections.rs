@@ -27,23 +27,115 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
     };
     let acme = "timer.cmd.schedule.acme";
     let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
-        (acme, b"{not json".to_vec(), "acme", "not a valid MessageEnvelope"),
-        (acme, vec![0xff, 0x00, 0xfe], "acme", "not a valid MessageEnvelope"),
-        (acme, with(&|c| c["type"] = json!("CancelTimer")), "acme", "unknown message type"),
-        (acme, with(&|c| { c.as_object_mut().unwrap().remove("tenantId"); }), "acme", "missing field `tenantId`"),
-        (acme, with(&|c| c["tenantId"] = json!("globex")), "acme", "tenant mismatch: envelope"),
-        (acme, with(&|c| c["payload"]["tenantId"] = json!("globex")), "acme", "tenant mismatch: payload"),
-        (acme, with(&|c| { c["payload"].as_object_mut().unwrap().remove("serviceCallId"); }), "acme", "missing field `serviceCallId`"),
-        (acme, with(&|c| c["payload"]["serviceCallId"] = json!("")), "acme", "serviceCallId"),
-        (acme, with(&|c| c["payload"]["serviceCallId"] = json!("x".repeat(129))), "acme", "serviceCallId"),
-        (acme, with(&|c| c["payload"]["serviceCallId"] = json!("tab\there")), "acme", "control character"),
-        (acme, with(&|c| c["payload"]["dueAt"] = json!("next tuesday")), "acme", "RFC 3339"),
-        (acme, with(&|c| c["payload"]["dueAt"] = json!("2030-01-01T00:00:00")), "acme", "zone"),
-        (acme, with(&|c| c["payload"]["dueAt"] = json!(1_900_000_000)), "acme", "invalid ScheduleTimer payload"),
-        (acme, with(&|c| c["payload"]["extra"] = json!("x".repeat(70_000))), "acme", "byte limit"),
-        ("timer.cmd.cancel.acme", with(&|_| {}), "acme", "unknown command subject"),
-        ("timer.cmd.schedule.acme.extra", with(&|_| {}), "_", "unknown command subject"),
-        ("timer.cmd.schedule.bad~tenant", with(&|_| {}), "_", "tenantId"),
+        (
+            acme,
+            b"{not json".to_vec(),
+            "acme",
+            "not a valid MessageEnvelope",
+        ),
+        (
+            acme,
+            vec![0xff, 0x00, 0xfe],
+            "acme",
+            "not a valid MessageEnvelope",
+        ),
+        (
+            acme,
+            with(&|c| c["type"] = json!("CancelTimer")),
+            "acme",
+            "unknown message type",
+        ),
+        (
+            acme,
+            with(&|c| {
+                c.as_object_mut().unwrap().remove("tenantId");
+            }),
+            "acme",
+            "missing field `tenantId`",
+        ),
+        (
+            acme,
+            with(&|c| c["tenantId"] = json!("globex")),
+            "acme",
+            "tenant mismatch: envelope",
+        ),
+        (
+            acme,
+            with(&|c| c["payload"]["tenantId"] = json!("globex")),
+            "acme",
+            "tenant mismatch: payload",
+        ),
+        (
+            acme,
+            with(&|c| {
+                c["payload"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("serviceCallId");
+            }),
+            "acme",
+            "missing field `serviceCallId`",
+        ),
+        (
+            acme,
+            with(&|c| c["payload"]["serviceCallId"] = json!("")),
+            "acme",
+            "serviceCallId",
+        ),
+        (
+            acme,
+            with(&|c| c["payload"]["serviceCallId"] = json!("x".repeat(129))),
+            "acme",
+            "serviceCallId",
+        ),
+        (
+            acme,
+            with(&|c| c["payload"]["serviceCallId"] = json!("tab\there")),
+            "acme",
+            "control character",
+        ),
+        (
+            acme,
+            with(&|c| c["payload"]["dueAt"] = json!("next tuesday")),
+            "acme",
+            "RFC 3339",
+        ),
+        (
+            acme,
+            with(&|c| c["payload"]["dueAt"] = json!("2030-01-01T00:00:00")),
+            "acme",
+            "zone",
+        ),
+        (
+            acme,
+            with(&|c| c["payload"]["dueAt"] = json!(1_900_000_000)),
+            "acme",
+            "invalid ScheduleTimer payload",
+        ),
+        (
+            acme,
+            with(&|c| c["payload"]["extra"] = json!("x".repeat(70_000))),
+            "acme",
+            "byte limit",
+        ),
+        (
+            "timer.cmd.cancel.acme",
+            with(&|_| {}),
+            "acme",
+            "unknown command subject",
+        ),
+        (
+            "timer.cmd.schedule.acme.extra",
+            with(&|_| {}),
+            "_",
+            "unknown command subject",
+        ),
+        (
+            "timer.cmd.schedule.bad~tenant",
+            with(&|_| {}),
+            "_",
+            "tenantId",
+        ),
     ];
     for (subject, bytes, _, _) in &cases {
         client.publish_raw(subject, bytes.clone()).await;
@@ -52,14 +144,23 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
     let due_at = Utc::now() + chrono::Duration::milliseconds(800);
     client.schedule("acme", "good", due_at, None).await;
 
-    let event = client.await_due("acme", "good", Duration::from_secs(10)).await;
+    let event = client
+        .await_due("acme", "good", Duration::from_secs(10))
+        .await;
     assert!(event.stored_at >= due_at - chrono::Duration::milliseconds(1));
-    assert!(event.stored_at - due_at < chrono::Duration::milliseconds(1000), "valid command delayed");
+    assert!(
+        event.stored_at - due_at < chrono::Duration::milliseconds(1000),
+        "valid command delayed"
+    );
 
     let rejections = client
         .await_events("timer.evt.rejected.>", cases.len(), Duration::from_secs(10))
         .await;
-    assert_eq!(rejections.len(), cases.len(), "one rejection per bad command");
+    assert_eq!(
+        rejections.len(),
+        cases.len(),
+        "one rejection per bad command"
+    );
     for (rejection, (subject, bytes, tenant, reason)) in rejections.iter().zip(&cases) {
         let e = &rejection.envelope;
         assert_eq!(rejection.subject, format!("timer.evt.rejected.{tenant}"));
@@ -68,7 +169,10 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
         let text = e["payload"]["reason"].as_str().unwrap();
         assert!(text.contains(reason), "expected {reason:?} in {text:?}");
         assert_eq!(e["payload"]["subject"], *subject);
-        assert_eq!(e["payload"]["original"], String::from_utf8_lossy(bytes).as_ref());
+        assert_eq!(
+            e["payload"]["original"],
+            String::from_utf8_lossy(bytes).as_ref()
+        );
     }
     assert_eq!(
         client.count_due("acme", "bad").await,
@@ -77,9 +181,11 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
     );
 
     // Terminated on the broker: nothing left to redeliver.
-    eventually(Duration::from_secs(5), "no outstanding commands", || async {
-        (client.commands_outstanding().await == 0).then_some(())
-    })
+    eventually(
+        Duration::from_secs(5),
+        "no outstanding commands",
+        || async { (client.commands_outstanding().await == 0).then_some(()) },
+    )
     .await;
     assert!(daemon.actor_id(ActorKind::CommandHandler).is_some());
     daemon.shutdown().await.unwrap();

@@ -13,7 +13,9 @@ async fn store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("timers.db");
     migrate(&path, &SqliteSettings::default()).await.unwrap();
-    let store = Store::open(&path, &SqliteSettings::default()).await.unwrap();
+    let store = Store::open(&path, &SqliteSettings::default())
+        .await
+        .unwrap();
     (dir, store)
 }
 
@@ -37,26 +39,43 @@ fn entry(tenant: &str, id: &str, seq: u64, due: i64) -> TimerEntry {
 #[tokio::test]
 async fn the_polling_query_is_served_by_the_pending_index() {
     let (_dir, store) = store().await;
-    let rows: Vec<TimerEntry> = (0..2000).map(|i| entry("acme", &format!("c{i}"), i, i as i64)).collect();
+    let rows: Vec<TimerEntry> = (0..2000)
+        .map(|i| entry("acme", &format!("c{i}"), i, i as i64))
+        .collect();
     store.upsert(&rows).await.unwrap();
     store.mark_reached(&rows[..1000], at(5000)).await.unwrap();
     let plan = store.explain_due_query().await.unwrap().join("\n");
-    assert!(plan.contains("USING INDEX idx_timer_schedules_pending"), "plan: {plan}");
-    assert!(!plan.contains("SCAN timer_schedules\n") && plan != "SCAN timer_schedules", "plan: {plan}");
-    assert!(!plan.contains("TEMP B-TREE"), "sorted by the index, not afterwards: {plan}");
+    assert!(
+        plan.contains("USING INDEX idx_timer_schedules_pending"),
+        "plan: {plan}"
+    );
+    assert!(
+        !plan.contains("SCAN timer_schedules\n") && plan != "SCAN timer_schedules",
+        "plan: {plan}"
+    );
+    assert!(
+        !plan.contains("TEMP B-TREE"),
+        "sorted by the index, not afterwards: {plan}"
+    );
 }
 
 #[tokio::test]
 async fn reads_are_scoped_by_tenant() {
     let (_dir, store) = store().await;
     store
-        .upsert(&[entry("acme", "same-id", 1, 10), entry("globex", "same-id", 2, 20)])
+        .upsert(&[
+            entry("acme", "same-id", 1, 10),
+            entry("globex", "same-id", 2, 20),
+        ])
         .await
         .unwrap();
     let acme = store.get("acme", "same-id").await.unwrap().unwrap();
     assert_eq!((acme.tenant_id.as_str(), acme.due_at), ("acme", at(10)));
     let globex = store.get("globex", "same-id").await.unwrap().unwrap();
-    assert_eq!((globex.tenant_id.as_str(), globex.due_at), ("globex", at(20)));
+    assert_eq!(
+        (globex.tenant_id.as_str(), globex.due_at),
+        ("globex", at(20))
+    );
     assert!(store.get("initech", "same-id").await.unwrap().is_none());
     let listed = store.list_tenant("acme").await.unwrap();
     assert_eq!(listed.len(), 1);
@@ -67,7 +86,11 @@ async fn reads_are_scoped_by_tenant() {
 async fn find_due_returns_only_scheduled_timers_due_by_now_earliest_first() {
     let (_dir, store) = store().await;
     store
-        .upsert(&[entry("a", "late", 1, 300), entry("a", "early", 2, 100), entry("a", "future", 3, 900)])
+        .upsert(&[
+            entry("a", "late", 1, 300),
+            entry("a", "early", 2, 100),
+            entry("a", "future", 3, 900),
+        ])
         .await
         .unwrap();
     let due = store.find_due(at(300), 10).await.unwrap();
@@ -100,14 +123,27 @@ async fn the_schema_refuses_bad_rows_and_migrating_twice_is_harmless() {
     let insert = |state: &str, seq: &str| {
         Statement::from_string(
             db.get_database_backend(),
-            format!("INSERT INTO timer_schedules VALUES ('t', 'c-{state}-{seq}', 'c', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z', NULL, '{state}', {seq})"),
+            format!(
+                "INSERT INTO timer_schedules VALUES ('t', 'c-{state}-{seq}', 'c', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z', NULL, '{state}', {seq})"
+            ),
         )
     };
     assert!(db.execute_raw(insert("Scheduled", "1")).await.is_ok());
-    assert!(db.execute_raw(insert("Fired", "1")).await.is_err(), "state CHECK");
-    assert!(db.execute_raw(insert("Scheduled", "'seven'")).await.is_err(), "STRICT typing");
+    assert!(
+        db.execute_raw(insert("Fired", "1")).await.is_err(),
+        "state CHECK"
+    );
+    assert!(
+        db.execute_raw(insert("Scheduled", "'seven'"))
+            .await
+            .is_err(),
+        "STRICT typing"
+    );
     let journal = db
-        .query_one_raw(Statement::from_string(db.get_database_backend(), "PRAGMA journal_mode"))
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            "PRAGMA journal_mode",
+        ))
         .await
         .unwrap()
         .unwrap()

@@ -18,11 +18,20 @@ async fn every_failed_child_is_restarted_and_timers_keep_firing() {
     let client = TestClient::connect(&server).await;
     client.wait_for_command_stream().await;
 
-    for kind in [ActorKind::Persistence, ActorKind::Poller, ActorKind::CommandHandler] {
+    for kind in [
+        ActorKind::Persistence,
+        ActorKind::Poller,
+        ActorKind::CommandHandler,
+    ] {
         // A timer pending across the failure must still fire.
         let pending = format!("pending-{kind}");
         client
-            .schedule("acme", &pending, Utc::now() + chrono::Duration::milliseconds(1200), None)
+            .schedule(
+                "acme",
+                &pending,
+                Utc::now() + chrono::Duration::milliseconds(1200),
+                None,
+            )
             .await;
         client.barrier("acme").await;
 
@@ -33,10 +42,14 @@ async fn every_failed_child_is_restarted_and_timers_keep_firing() {
         })
         .await;
 
-        client.await_due("acme", &pending, Duration::from_secs(10)).await;
+        client
+            .await_due("acme", &pending, Duration::from_secs(10))
+            .await;
         let fresh = format!("after-{kind}");
         client.schedule("acme", &fresh, Utc::now(), None).await;
-        client.await_due("acme", &fresh, Duration::from_secs(10)).await;
+        client
+            .await_due("acme", &fresh, Duration::from_secs(10))
+            .await;
     }
     daemon.shutdown().await.unwrap();
 }
@@ -58,7 +71,9 @@ async fn past_the_restart_limit_the_daemon_stops_with_an_error() {
         let before = daemon.actor_id(ActorKind::Poller).expect("running");
         daemon.inject_fault(ActorKind::Poller);
         eventually(Duration::from_secs(5), "the restarted poller", || async {
-            daemon.actor_id(ActorKind::Poller).filter(|id| *id != before)
+            daemon
+                .actor_id(ActorKind::Poller)
+                .filter(|id| *id != before)
         })
         .await;
     }
@@ -70,7 +85,11 @@ async fn past_the_restart_limit_the_daemon_stops_with_an_error() {
         DaemonError::RestartLimit(reason) => assert!(reason.contains("poller"), "{reason}"),
         other => panic!("unexpected {other}"),
     }
-    for kind in [ActorKind::Persistence, ActorKind::Poller, ActorKind::CommandHandler] {
+    for kind in [
+        ActorKind::Persistence,
+        ActorKind::Poller,
+        ActorKind::CommandHandler,
+    ] {
         assert!(daemon.actor_id(kind).is_none(), "{kind} still running");
     }
 }
@@ -84,6 +103,7 @@ async fn the_binary_exits_non_zero_when_it_cannot_run() {
         .output()
         .unwrap();
     assert!(!output.status.success());
-    let log = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
+    let log = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
     assert!(log.contains("TIMER_BATCH_SIZE"), "{log}");
 }

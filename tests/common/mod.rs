@@ -3,10 +3,12 @@
 //! wire contract with plain JSON.
 #![allow(dead_code)]
 
+mod nats_server;
+pub use nats_server::NatsServer;
+
 use std::future::Future;
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
@@ -30,79 +32,6 @@ where
             panic!("timed out after {timeout:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
-}
-
-fn nats_server_bin() -> PathBuf {
-    std::env::var_os("NATS_SERVER_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("nats-server"))
-}
-
-/// A `nats-server` with JetStream on a free port and its own storage directory, killed on drop.
-pub struct NatsServer {
-    pub port: u16,
-    store: TempDir,
-    child: Option<Child>,
-}
-
-impl NatsServer {
-    pub fn start() -> Self {
-        let mut server = Self {
-            port: free_port(),
-            store: tempfile::tempdir().expect("tempdir"),
-            child: None,
-        };
-        server.spawn();
-        server
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::File::create(self.store.path().join("nats-server.log")).expect("log file");
-        let child = Command::new(nats_server_bin())
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
-            .arg(self.store.path().join("js"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("cannot start nats-server: install it or set NATS_SERVER_BIN");
-        self.child = Some(child);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "nats-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the server (SIGKILL), keeping its storage.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts the server again on the same port with the same storage.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -185,7 +114,10 @@ impl DaemonProcess {
         })
         .await;
         if !status.success() {
-            eprintln!("daemon log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            eprintln!(
+                "daemon log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
         }
         status
     }
@@ -273,9 +205,11 @@ impl TestClient {
 
     /// Waits until the daemon has created the command stream (so publishes are stored).
     pub async fn wait_for_command_stream(&self) {
-        eventually(Duration::from_secs(15), "the TIMER_COMMANDS stream", || async {
-            self.js.get_stream("TIMER_COMMANDS").await.ok().map(|_| ())
-        })
+        eventually(
+            Duration::from_secs(15),
+            "the TIMER_COMMANDS stream",
+            || async { self.js.get_stream("TIMER_COMMANDS").await.ok().map(|_| ()) },
+        )
         .await
     }
 
@@ -335,7 +269,9 @@ impl TestClient {
                 let stored_at = message
                     .info()
                     .map(|i| {
-                        DateTime::<Utc>::from_timestamp_nanos(i.published.unix_timestamp_nanos() as i64)
+                        DateTime::<Utc>::from_timestamp_nanos(
+                            i.published.unix_timestamp_nanos() as i64
+                        )
                     })
                     .expect("info");
                 out.push(StoredEvent {
@@ -368,14 +304,23 @@ impl TestClient {
     }
 
     /// Waits until the event for `service_call_id` of `tenant` is stored, and returns it.
-    pub async fn await_due(&self, tenant: &str, service_call_id: &str, timeout: Duration) -> StoredEvent {
+    pub async fn await_due(
+        &self,
+        tenant: &str,
+        service_call_id: &str,
+        timeout: Duration,
+    ) -> StoredEvent {
         let filter = format!("timer.evt.due.{tenant}");
-        eventually(timeout, &format!("DueTimeReached for {service_call_id}"), || async {
-            self.events(&filter)
-                .await
-                .into_iter()
-                .find(|e| e.service_call_id() == service_call_id)
-        })
+        eventually(
+            timeout,
+            &format!("DueTimeReached for {service_call_id}"),
+            || async {
+                self.events(&filter)
+                    .await
+                    .into_iter()
+                    .find(|e| e.service_call_id() == service_call_id)
+            },
+        )
         .await
     }
 

@@ -1,0 +1,159 @@
+//! Raw limits on the same broker and disk the daemon uses: what the hardware and the client
+//! stacks allow, as the yardstick for the daemon's own figures.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer, message::PublishMessage, stream};
+use chrono::Utc;
+use futures::StreamExt;
+use timer_service::domain::{TimerEntry, TimerState};
+use timer_service::persistence::db::migrate;
+use timer_service::persistence::{SqliteSettings, Store};
+
+/// A JSON body of about 200 bytes, like a ScheduleTimer command.
+fn body(i: usize) -> bytes::Bytes {
+    let text = format!(
+        r#"{{"id":"01935c2e-7c1a-7b53-a8e2-{i:012}","type":"ScheduleTimer","tenantId":"bench","timestampMs":1763798400000,"payload":{{"tenantId":"bench","serviceCallId":"c-{i}","dueAt":"2026-11-22T10:00:00.000Z"}}}}"#
+    );
+    text.into()
+}
+
+/// Publishes `n` messages with at most `window` PubAcks outstanding; returns the elapsed time.
+pub async fn publish_pipelined(
+    js: &jetstream::Context,
+    n: usize,
+    window: usize,
+    message: impl Fn(usize) -> (String, PublishMessage),
+) -> Duration {
+    let started = Instant::now();
+    let mut in_flight = VecDeque::with_capacity(window);
+    for i in 0..n {
+        let (subject, msg) = message(i);
+        in_flight.push_back(js.send_publish(subject, msg).await.expect("publish"));
+        if in_flight.len() >= window {
+            in_flight.pop_front().expect("ack").await.expect("PubAck");
+        }
+    }
+    for ack in in_flight {
+        ack.await.expect("PubAck");
+    }
+    started.elapsed()
+}
+
+/// JetStream publish with `Nats-Msg-Id`, 1,000 PubAcks in flight: messages/s.
+pub async fn jetstream_publish_with_msg_id(js: &jetstream::Context, n: usize) -> f64 {
+    js.create_stream(stream::Config {
+        name: "RAW_PUB".into(),
+        subjects: vec!["raw.pub.>".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("stream");
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let elapsed = publish_pipelined(js, n, 1000, |i| {
+        (
+            format!("raw.pub.t{}", i % 16),
+            PublishMessage::build()
+                .payload(body(i))
+                .message_id(format!("{run}-{i}")),
+        )
+    })
+    .await;
+    js.delete_stream("RAW_PUB").await.expect("delete");
+    n as f64 / elapsed.as_secs_f64()
+}
+
+/// Durable pull consumer, pulls of `batch`, explicit ack of each message: messages/s.
+pub async fn jetstream_consume_ack(js: &jetstream::Context, n: usize, batch: usize) -> f64 {
+    let stream = js
+        .create_stream(stream::Config {
+            name: "RAW_CONSUME".into(),
+            subjects: vec!["raw.consume".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("stream");
+    publish_pipelined(js, n, 1000, |i| {
+        (
+            "raw.consume".into(),
+            PublishMessage::build().payload(body(i)),
+        )
+    })
+    .await;
+    let consumer: consumer::PullConsumer = stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("raw".into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            max_ack_pending: 10_000,
+            ..Default::default()
+        })
+        .await
+        .expect("consumer");
+    let started = Instant::now();
+    let mut received = 0;
+    while received < n {
+        let mut messages = consumer
+            .batch()
+            .max_messages(batch)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .expect("pull");
+        while let Some(message) = messages.next().await {
+            message.expect("message").ack().await.expect("ack");
+            received += 1;
+        }
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    js.delete_stream("RAW_CONSUME").await.expect("delete");
+    rate
+}
+
+fn timer(i: usize, due: chrono::DateTime<Utc>) -> TimerEntry {
+    TimerEntry {
+        tenant_id: format!("t{}", i % 10),
+        service_call_id: format!("raw-{i:09}"),
+        correlation_id: format!("corr-{i}"),
+        due_at: due,
+        registered_at: Utc::now(),
+        reached_at: None,
+        state: TimerState::Scheduled,
+        command_seq: i as u64 + 1,
+    }
+}
+
+/// Batched upsert of rows shaped like ours, through the service's own SeaORM store and SQLite
+/// settings: rows/s. Leaves the `n` rows in the file, due now, for [`sqlite_mark_reached`].
+pub async fn sqlite_upsert(db_path: &Path, sqlite: &SqliteSettings, n: usize, batch: usize) -> f64 {
+    migrate(db_path, sqlite).await.expect("migrate");
+    let store = Store::open(db_path, sqlite).await.expect("open");
+    let due = Utc::now();
+    let rows: Vec<TimerEntry> = (0..n).map(|i| timer(i, due)).collect();
+    let started = Instant::now();
+    for chunk in rows.chunks(batch) {
+        store.upsert(chunk).await.expect("upsert");
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    store.close().await.expect("close");
+    rate
+}
+
+/// Select `batch` due rows and mark them `Reached` in one statement, until none is left: rows/s.
+pub async fn sqlite_mark_reached(db_path: &Path, sqlite: &SqliteSettings, batch: usize) -> f64 {
+    let store = Store::open(db_path, sqlite).await.expect("open");
+    let started = Instant::now();
+    let mut marked = 0;
+    loop {
+        let now = Utc::now();
+        let due = store.find_due(now, batch).await.expect("find");
+        if due.is_empty() {
+            break;
+        }
+        marked += store.mark_reached(&due, now).await.expect("mark");
+    }
+    let rate = marked as f64 / started.elapsed().as_secs_f64();
+    store.close().await.expect("close");
+    rate
+}
