@@ -56,7 +56,7 @@ struct Args {
     #[arg(long, default_value_t = 1_000)]
     lead_ms: u64,
     /// Pending-timer counts for the scale figures (comma-separated; empty to skip).
-    #[arg(long, value_delimiter = ',', default_value = "1000000")]
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1000000")]
     scales: Vec<u64>,
     /// Overdue timers for the restart catch-up figure (0 to skip).
     #[arg(long, default_value_t = 1_000_000)]
@@ -67,6 +67,16 @@ struct Args {
     /// Where the report, the plot and cached databases go.
     #[arg(long, default_value = "bench-out")]
     out: PathBuf,
+}
+
+/// Figures measured with `pending` timers already in the database.
+#[derive(Default)]
+struct ScaleFigures {
+    pending: u64,
+    ingest: Vec<f64>,
+    ingest_rss: Vec<f64>,
+    lateness: Vec<Lateness>,
+    lateness_rss: Vec<f64>,
 }
 
 #[derive(Default)]
@@ -83,7 +93,7 @@ struct Figures {
     lateness_samples: Vec<f64>,
     native: Vec<Lateness>,
     native_samples: Vec<f64>,
-    scale: Vec<(u64, Vec<f64>, Vec<f64>, Vec<Lateness>, Vec<f64>)>,
+    scale: Vec<ScaleFigures>,
     catch_up_first: Vec<f64>,
     catch_up_last: Vec<f64>,
     catch_up_rss: Vec<f64>,
@@ -100,7 +110,10 @@ async fn main() {
         scale: args
             .scales
             .iter()
-            .map(|n| (*n, vec![], vec![], vec![], vec![]))
+            .map(|n| ScaleFigures {
+                pending: *n,
+                ..Default::default()
+            })
             .collect(),
         ..Default::default()
     };
@@ -168,18 +181,18 @@ async fn main() {
         drop(bench);
 
         for (i, base) in bases.iter().enumerate() {
-            eprintln!("scale {}", f.scale[i].0);
+            eprintln!("scale {}", f.scale[i].pending);
             let bench = Bench::new(&dir.join(format!("scale-{i}")), args.batch).await;
             let ingest = workloads::ingest(&bench, args.ingest_n, Some(base)).await;
             let bench2 = Bench::new(&dir.join(format!("scale-{i}-late")), args.batch).await;
             let late = workloads::lateness(&bench2, args.rate, args.secs, lead, Some(base)).await;
             let entry = &mut f.scale[i];
-            entry.1.push(ingest.per_second);
-            entry.2.push(ingest.peak_rss_mib);
+            entry.ingest.push(ingest.per_second);
+            entry.ingest_rss.push(ingest.peak_rss_mib);
             entry
-                .3
+                .lateness
                 .push(Lateness::from_samples(late.samples, late.expected));
-            entry.4.push(late.peak_rss_mib);
+            entry.lateness_rss.push(late.peak_rss_mib);
             drop((bench, bench2));
             let _ = std::fs::remove_dir_all(dir.join(format!("scale-{i}")));
             let _ = std::fs::remove_dir_all(dir.join(format!("scale-{i}-late")));
@@ -338,12 +351,9 @@ fn report(args: &Args, f: &Figures) -> String {
         "{}",
         lateness_row("timer-service, empty database", &f.lateness)
     );
-    for (n, _, _, late, _) in &f.scale {
-        let _ = writeln!(
-            r,
-            "{}",
-            lateness_row(&format!("timer-service, {n} pending"), late)
-        );
+    for scale in &f.scale {
+        let name = format!("timer-service, {} pending", scale.pending);
+        let _ = writeln!(r, "{}", lateness_row(&name, &scale.lateness));
     }
     if f.native.is_empty() {
         let _ = writeln!(
@@ -373,14 +383,15 @@ fn report(args: &Args, f: &Figures) -> String {
         Spread::of(&f.ingest_rss).show(0),
         Spread::of(&f.lateness_rss).show(0)
     );
-    for (n, ingest, ingest_rss, late, late_rss) in &f.scale {
+    for scale in &f.scale {
         let _ = writeln!(
             r,
-            "| {n} | {} | {} | {} / {} |",
-            rate(ingest),
-            p99(late),
-            Spread::of(ingest_rss).show(0),
-            Spread::of(late_rss).show(0)
+            "| {} | {} | {} | {} / {} |",
+            scale.pending,
+            rate(&scale.ingest),
+            p99(&scale.lateness),
+            Spread::of(&scale.ingest_rss).show(0),
+            Spread::of(&scale.lateness_rss).show(0)
         );
     }
     if !f.catch_up_first.is_empty() {
