@@ -6,11 +6,11 @@
 //! (tests do), since actor names are process-global.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use ractor::ActorRef;
-use uuid::Uuid;
 
 use super::persistence::PersistenceMsg;
 use super::poller::PollerMsg;
@@ -62,8 +62,9 @@ impl Default for Registry {
 
 impl Registry {
     pub fn new() -> Self {
+        static DAEMONS: AtomicU64 = AtomicU64::new(1);
         Self {
-            prefix: format!("timer-service/{}", Uuid::now_v7()),
+            prefix: format!("daemon-{}", DAEMONS.fetch_add(1, Ordering::Relaxed)),
         }
     }
 

@@ -227,15 +227,19 @@ async fn child_down(
 async fn stop_children(state: &mut SupervisorState) {
     state.shutting_down = true;
     for kind in ActorKind::START_ORDER.iter().rev() {
-        let Some(cell) = state.running.get(kind) else {
+        let Some(cell) = state.running.remove(kind) else {
             continue;
         };
-        if let Err(e) = cell
+        state.children.remove(&cell.get_id());
+        match cell
             .stop_and_wait(Some("shutdown".into()), Some(CHILD_STOP_TIMEOUT))
             .await
         {
-            tracing::warn!(actor = %kind, error = %e, "actor did not stop in time; killing it");
-            cell.kill();
+            Ok(()) => tracing::info!(actor = %kind, reason = "shutdown", "actor stopped"),
+            Err(e) => {
+                tracing::warn!(actor = %kind, error = %e, "actor did not stop in time; killing it");
+                cell.kill();
+            }
         }
     }
 }

@@ -18,9 +18,12 @@ pub async fn connect(url: &str) -> Result<Client, async_nats::ConnectError> {
         .name("timer-service")
         .retry_on_initial_connect()
         .max_reconnects(None)
-        .reconnect_delay_callback(|attempts| {
-            let exp = u32::try_from(attempts.min(6)).unwrap_or(6);
-            (Duration::from_millis(50) * 2u32.pow(exp)).min(MAX_RECONNECT_DELAY)
+        .reconnect_delay_callback(|attempts| match attempts {
+            0 => Duration::ZERO,
+            n => {
+                let exp = u32::try_from(n.min(7)).unwrap_or(7);
+                (Duration::from_millis(25) * 2u32.pow(exp)).min(MAX_RECONNECT_DELAY)
+            }
         })
         .event_callback(|event| async move {
             match event {
