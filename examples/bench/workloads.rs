@@ -232,11 +232,19 @@ pub async fn native_lateness(
             name: "NATIVE".into(),
             subjects: vec!["native.sched.>".into(), "native.fired.>".into()],
             allow_message_schedules: true,
+            // Messages a schedule produces are stored in the stream, not published to core
+            // subscribers; republish makes them visible like any published event.
+            republish: Some(stream::Republish {
+                source: "native.fired.>".into(),
+                destination: "native.out.>".into(),
+                headers_only: false,
+            }),
             ..Default::default()
         })
         .await
+        .map_err(|e| eprintln!("native scheduler unavailable: {e}"))
         .ok()?;
-    let received = collect_lateness(&bench.client, "native.fired.>".into()).await;
+    let received = collect_lateness(&bench.client, "native.out.>".into()).await;
     let expected = (rate * secs) as usize;
     let js = bench.js.clone();
     schedule_steady(rate, expected, lead, move |i, due| {
