@@ -191,3 +191,49 @@ async fn many_tenants_with_timers_due_at_the_same_instant_all_fire_once() {
     );
     daemon.shutdown().await.unwrap();
 }
+
+/// A steady stream of timers, each due at its own millisecond, keeps the Poller's pipeline
+/// busy (several batches in flight, wake-ups arriving while others publish): every one fires,
+/// none early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_stream_of_timers_all_fire() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+
+    const TIMERS: usize = 1500;
+    let mut subscriber = client
+        .client
+        .subscribe("timer.evt.due.steady")
+        .await
+        .unwrap();
+    let start = Utc::now() + chrono::Duration::milliseconds(1000);
+    for i in 0..TIMERS {
+        let due_at = start + chrono::Duration::microseconds(1500 * i as i64);
+        client
+            .schedule("steady", &format!("s-{i}"), due_at, None)
+            .await;
+    }
+    let mut seen = std::collections::HashSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while seen.len() < TIMERS {
+        let message = tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut subscriber))
+            .await
+            .unwrap_or_else(|_| panic!("only {} of {TIMERS} timers fired", seen.len()))
+            .unwrap();
+        let received = Utc::now();
+        let event: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+        let due: chrono::DateTime<Utc> =
+            event["payload"]["dueAt"].as_str().unwrap().parse().unwrap();
+        assert!(received >= due, "fired early");
+        seen.insert(
+            event["payload"]["serviceCallId"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    daemon.shutdown().await.unwrap();
+}

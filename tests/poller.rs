@@ -105,8 +105,11 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     })
     .await;
     assert_eq!(bus.published().len(), 1);
-    let still_due = persistence.find_due(clock_now(&clock), 10).await.unwrap();
-    assert_eq!(still_due.len(), 1, "a refused timer stays Scheduled");
+    let still_due = persistence
+        .find_due(clock_now(&clock), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(still_due.timers.len(), 1, "a refused timer stays Scheduled");
 
     // The broker is back: the retry publishes it and marks it.
     bus.set_refusing(false);

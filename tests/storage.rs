@@ -45,6 +45,7 @@ async fn the_polling_query_is_served_by_the_pending_index() {
     store.upsert(&rows).await.unwrap();
     store.mark_reached(&rows[..1000], at(5000)).await.unwrap();
     let plan = store.explain_due_query().await.unwrap().join("\n");
+    eprintln!("PLAN: {plan}");
     assert!(
         plan.contains("USING INDEX idx_timer_schedules_pending"),
         "plan: {plan}"
@@ -93,20 +94,47 @@ async fn find_due_returns_only_scheduled_timers_due_by_now_earliest_first() {
         ])
         .await
         .unwrap();
-    let due = store.find_due(at(300), 10).await.unwrap();
-    let ids: Vec<&str> = due.iter().map(|t| t.service_call_id.as_str()).collect();
+    let due = store.find_due(at(300), None, 10).await.unwrap();
+    let ids: Vec<&str> = due
+        .timers
+        .iter()
+        .map(|t| t.service_call_id.as_str())
+        .collect();
     assert_eq!(ids, ["early", "late"]);
-    assert_eq!(store.find_due(at(300), 1).await.unwrap().len(), 1);
-    store.mark_reached(&due, at(301)).await.unwrap();
-    assert!(store.find_due(at(300), 10).await.unwrap().is_empty());
-    assert_eq!(store.next_due_at().await.unwrap(), Some(at(900)));
+    assert_eq!(
+        due.next_due_at,
+        Some(at(900)),
+        "not full: the next wake-up comes along"
+    );
+    let first = store.find_due(at(300), None, 1).await.unwrap();
+    assert_eq!(first.timers.len(), 1);
+    assert_eq!(
+        first.next_due_at, None,
+        "full: the caller asks again at once"
+    );
+    // Resuming after the first one in flight yields the second.
+    let rest = store
+        .find_due(at(300), Some(&first.timers[0].position()), 10)
+        .await
+        .unwrap();
+    assert_eq!(rest.timers.len(), 1);
+    assert_eq!(rest.timers[0].service_call_id, "late");
+    store.mark_reached(&due.timers, at(301)).await.unwrap();
+    assert!(
+        store
+            .find_due(at(300), None, 10)
+            .await
+            .unwrap()
+            .timers
+            .is_empty()
+    );
 }
 
 #[tokio::test]
 async fn a_timer_rescheduled_while_firing_is_not_marked_reached() {
     let (_dir, store) = store().await;
     store.upsert(&[entry("a", "x", 1, 100)]).await.unwrap();
-    let fired = store.find_due(at(100), 10).await.unwrap();
+    let fired = store.find_due(at(100), None, 10).await.unwrap().timers;
     store.upsert(&[entry("a", "x", 2, 500)]).await.unwrap(); // arrives while the event is in flight
     assert_eq!(store.mark_reached(&fired, at(101)).await.unwrap(), 0);
     let row = store.get("a", "x").await.unwrap().unwrap();
@@ -168,7 +196,7 @@ proptest! {
             for (key, seq, due, fire) in steps {
                 let id = format!("k{key}");
                 if fire {
-                    let due_now = store.find_due(at(1000), 100).await.unwrap();
+                    let due_now = store.find_due(at(1000), None, 100).await.unwrap().timers;
                     store.mark_reached(&due_now, at(1000)).await.unwrap();
                     for t in &due_now {
                         let m = model.get_mut(&t.service_call_id).unwrap();

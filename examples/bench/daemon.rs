@@ -40,16 +40,32 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn start(broker_url: &str, db_path: &Path, batch_size: usize, log: &Path) -> Self {
+    /// Starts the daemon on `db_path` with the given batch size and SQLite `synchronous` level.
+    pub fn start(
+        broker_url: &str,
+        db_path: &Path,
+        batch_size: usize,
+        synchronous: &str,
+        log: &Path,
+    ) -> Self {
         let out = std::fs::File::create(log).expect("log file");
+        let config = db_path.with_extension("toml");
+        std::fs::write(
+            &config,
+            format!("[sqlite]\nsynchronous = \"{synchronous}\"\n"),
+        )
+        .expect("config file");
         let started = Instant::now();
         let child = Command::new(binary())
             .args(["run", "--config"])
-            .arg(db_path.with_extension("absent.toml"))
+            .arg(config)
             .env("TIMER_BROKER_URL", broker_url)
             .env("TIMER_DB_PATH", db_path)
             .env("TIMER_BATCH_SIZE", batch_size.to_string())
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()

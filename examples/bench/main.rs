@@ -64,6 +64,9 @@ struct Args {
     /// TIMER_BATCH_SIZE the daemon runs with, and the batch of the raw SQLite figures.
     #[arg(long, default_value_t = 1_000)]
     batch: usize,
+    /// SQLite `synchronous` level of the daemon (FULL is its default).
+    #[arg(long, default_value = "FULL")]
+    synchronous: String,
     /// Where the report, the plot and cached databases go.
     #[arg(long, default_value = "bench-out")]
     out: PathBuf,
@@ -136,7 +139,7 @@ async fn main() {
         let dir = work.path().join(format!("run-{run}"));
 
         eprintln!("raw limits");
-        let bench = Bench::new(&dir.join("raw"), args.batch).await;
+        let bench = Bench::new(&dir.join("raw"), args.batch, &args.synchronous).await;
         f.raw_consume
             .push(raw::jetstream_consume_ack(&bench.js, args.raw_n, args.batch).await);
         f.raw_publish
@@ -149,19 +152,19 @@ async fn main() {
         drop(bench);
 
         eprintln!("ingest");
-        let bench = Bench::new(&dir.join("ingest"), args.batch).await;
+        let bench = Bench::new(&dir.join("ingest"), args.batch, &args.synchronous).await;
         let ingest = workloads::ingest(&bench, args.ingest_n, None).await;
         f.ingest.push(ingest.per_second);
         f.ingest_rss.push(ingest.peak_rss_mib);
         drop(bench);
 
         eprintln!("fire");
-        let bench = Bench::new(&dir.join("fire"), args.batch).await;
+        let bench = Bench::new(&dir.join("fire"), args.batch, &args.synchronous).await;
         f.fire.push(workloads::fire(&bench, args.fire_n).await);
         drop(bench);
 
         eprintln!("lateness");
-        let bench = Bench::new(&dir.join("lateness"), args.batch).await;
+        let bench = Bench::new(&dir.join("lateness"), args.batch, &args.synchronous).await;
         let late = workloads::lateness(&bench, args.rate, args.secs, lead, None).await;
         f.lateness
             .push(Lateness::from_samples(late.samples.clone(), late.expected));
@@ -170,7 +173,7 @@ async fn main() {
         drop(bench);
 
         eprintln!("native scheduler");
-        let bench = Bench::new(&dir.join("native"), args.batch).await;
+        let bench = Bench::new(&dir.join("native"), args.batch, &args.synchronous).await;
         if let Some(native) = workloads::native_lateness(&bench, args.rate, args.secs, lead).await {
             f.native.push(Lateness::from_samples(
                 native.samples.clone(),
@@ -182,9 +185,19 @@ async fn main() {
 
         for (i, base) in bases.iter().enumerate() {
             eprintln!("scale {}", f.scale[i].pending);
-            let bench = Bench::new(&dir.join(format!("scale-{i}")), args.batch).await;
+            let bench = Bench::new(
+                &dir.join(format!("scale-{i}")),
+                args.batch,
+                &args.synchronous,
+            )
+            .await;
             let ingest = workloads::ingest(&bench, args.ingest_n, Some(base)).await;
-            let bench2 = Bench::new(&dir.join(format!("scale-{i}-late")), args.batch).await;
+            let bench2 = Bench::new(
+                &dir.join(format!("scale-{i}-late")),
+                args.batch,
+                &args.synchronous,
+            )
+            .await;
             let late = workloads::lateness(&bench2, args.rate, args.secs, lead, Some(base)).await;
             let entry = &mut f.scale[i];
             entry.ingest.push(ingest.per_second);
@@ -200,7 +213,7 @@ async fn main() {
 
         if let Some(base) = &catch_up_base {
             eprintln!("restart catch-up");
-            let bench = Bench::new(&dir.join("catch-up"), args.batch).await;
+            let bench = Bench::new(&dir.join("catch-up"), args.batch, &args.synchronous).await;
             let c = workloads::catch_up(&bench, base).await;
             f.catch_up_first.push(c.first_event_s);
             f.catch_up_last.push(c.last_event_s);
@@ -278,11 +291,12 @@ fn report(args: &Args, f: &Figures) -> String {
     let _ = writeln!(r, "# timer-service benchmark\n");
     let _ = writeln!(
         r,
-        "{} · {} · {} runs, medians with (min–max) · daemon `TIMER_BATCH_SIZE={}`, `synchronous=FULL`\n",
+        "{} · {} · {} runs, medians with (min–max) · daemon `TIMER_BATCH_SIZE={}`, `synchronous={}`\n",
         Utc::now().format("%Y-%m-%d"),
         version,
         args.runs,
-        args.batch
+        args.batch,
+        args.synchronous
     );
     let _ = writeln!(r, "## Raw limits (same broker build, same disk)\n");
     let _ = writeln!(r, "| operation | per second |\n| --- | --- |");

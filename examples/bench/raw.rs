@@ -147,7 +147,7 @@ pub async fn sqlite_mark_reached(db_path: &Path, sqlite: &SqliteSettings, batch:
     let mut marked = 0;
     loop {
         let now = Utc::now();
-        let due = store.find_due(now, batch).await.expect("find");
+        let due = store.find_due(now, None, batch).await.expect("find").timers;
         if due.is_empty() {
             break;
         }

@@ -24,10 +24,12 @@ pub struct Bench {
     pub js: jetstream::Context,
     pub dir: PathBuf,
     pub batch: usize,
+    /// SQLite `synchronous` level the daemon runs with.
+    pub synchronous: String,
 }
 
 impl Bench {
-    pub async fn new(dir: &Path, batch: usize) -> Self {
+    pub async fn new(dir: &Path, batch: usize, synchronous: &str) -> Self {
         let server = NatsServer::start();
         let client = async_nats::connect(server.url()).await.expect("connect");
         let js = jetstream::new(client.clone());
@@ -38,6 +40,7 @@ impl Bench {
             js,
             dir: dir.to_owned(),
             batch,
+            synchronous: synchronous.to_owned(),
         }
     }
 
@@ -60,6 +63,7 @@ impl Bench {
             &self.server.url(),
             &self.db_path(),
             self.batch,
+            &self.synchronous,
             &self.dir.join(format!("{name}.log")),
         )
     }
@@ -211,6 +215,13 @@ pub async fn lateness(
     let samples = wait_for(received, expected, Duration::from_secs(15)).await;
     let peak_rss_mib = daemon.peak_rss_mib();
     daemon.stop();
+    if samples.len() < expected {
+        let log = std::fs::read_to_string(bench.dir.join("lateness.log")).unwrap_or_default();
+        eprintln!(
+            "{} of {expected} timers fired; daemon log:\n{log}",
+            samples.len()
+        );
+    }
     LatenessRun {
         samples,
         expected,

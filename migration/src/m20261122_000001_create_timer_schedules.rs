@@ -7,6 +7,8 @@
 //!   with a lower one changes nothing (a redelivery never undoes a reschedule).
 //! - `idx_timer_schedules_pending` is partial: it holds only `Scheduled` rows, so the polling
 //!   query and "earliest pending dueAt" stay index look-ups however many fired rows accumulate.
+//!   Its key is the full firing order `(due_at, tenant_id, service_call_id)`, so the Poller can
+//!   resume reading after the last timer it has in flight without sorting.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::DbBackend;
@@ -31,7 +33,8 @@ const UP: &[&str] = &[
         command_seq     INTEGER NOT NULL,
         PRIMARY KEY (tenant_id, service_call_id)
     ) STRICT",
-    "CREATE INDEX idx_timer_schedules_pending ON timer_schedules (due_at) WHERE state = 'Scheduled'",
+    "CREATE INDEX idx_timer_schedules_pending ON timer_schedules (due_at, tenant_id, service_call_id)
+        WHERE state = 'Scheduled'",
     "CREATE INDEX idx_timer_schedules_correlation ON timer_schedules (tenant_id, correlation_id)",
 ];
 

@@ -2,13 +2,17 @@
 //! Persistence in one transaction and acknowledges them to the broker only after the commit.
 //!
 //! A crash before the ack means the broker delivers the commands again, and the upsert is
-//! idempotent. A bad command is reported (`TimerCommandRejected`), logged and terminated on the
+//! idempotent. Up to [`STORE_PIPELINE_DEPTH`] batches are being stored at once: the next batch
+//! is pulled and validated while Persistence commits the previous one, and Persistence applies
+//! them in the order they were handed over. A bad command is reported (`TimerCommandRejected`), logged and terminated on the
 //! broker; it never holds up the good commands around it.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::poller::PollerMsg;
@@ -27,6 +31,10 @@ const FETCH_WAIT: Duration = Duration::from_millis(500);
 /// Delay before the broker redelivers commands that could not be stored.
 const REDELIVERY_DELAY: Duration = Duration::from_secs(1);
 const MAX_SOURCE_BACKOFF: Duration = Duration::from_secs(5);
+/// Batches handed to Persistence and not yet acknowledged, at most.
+pub const STORE_PIPELINE_DEPTH: usize = 2;
+/// How long a batch may wait for its commit before it is handed back to the broker.
+const STORE_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct CommandHandler;
 
@@ -46,6 +54,8 @@ pub struct CommandHandlerState {
     source: Box<dyn CommandSource>,
     /// Consecutive failed pulls, for the backoff while the broker is away.
     failed_pulls: u32,
+    /// Batches being committed and acknowledged, oldest first.
+    storing: VecDeque<JoinHandle<()>>,
 }
 
 pub enum CommandHandlerMsg {
@@ -69,6 +79,7 @@ impl Actor for CommandHandler {
             source: args.source.create(),
             args,
             failed_pulls: 0,
+            storing: VecDeque::new(),
         })
     }
 
@@ -96,11 +107,14 @@ impl Actor for CommandHandler {
                     count = commands.len(),
                     "handling commands delivered before the stop"
                 );
-                handle_batch(&state.args, commands).await;
+                handle_batch(state, commands).await;
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(actor = "command_handler", error = %e,
                 "could not drain the open pull request; the broker will redeliver"),
+        }
+        while let Some(storing) = state.storing.pop_front() {
+            let _ = storing.await;
         }
         Ok(())
     }
@@ -124,7 +138,7 @@ impl Actor for CommandHandler {
                             state.failed_pulls = 0;
                         }
                         if !commands.is_empty() {
-                            handle_batch(&state.args, commands).await;
+                            handle_batch(state, commands).await;
                         }
                         myself.cast(CommandHandlerMsg::Fetch)?;
                     }
@@ -148,7 +162,8 @@ fn backoff(failures: u32) -> Duration {
 }
 
 /// Validates, stores, reports and settles one batch.
-async fn handle_batch(args: &CommandHandlerArgs, commands: Vec<InboundCommand>) {
+async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundCommand>) {
+    let args = &state.args;
     let now = args.clock.now();
     let mut accepted: Vec<TimerEntry> = Vec::with_capacity(commands.len());
     let mut to_ack: Vec<Box<dyn Delivery>> = Vec::with_capacity(commands.len());
@@ -171,16 +186,26 @@ async fn handle_batch(args: &CommandHandlerArgs, commands: Vec<InboundCommand>) 
     if !rejected.is_empty() {
         reject(args, rejected).await;
     }
-    if !accepted.is_empty() {
-        store(args, accepted, to_ack).await;
+    if accepted.is_empty() {
+        return;
+    }
+    while state.storing.len() >= STORE_PIPELINE_DEPTH {
+        if let Some(oldest) = state.storing.pop_front() {
+            let _ = oldest.await;
+        }
+    }
+    if let Some(storing) = store(&state.args, accepted, to_ack).await {
+        state.storing.push_back(storing);
     }
 }
 
+/// Hands the accepted commands to Persistence and returns the task that acknowledges them to the
+/// broker once committed (or hands them back for redelivery if the commit fails).
 async fn store(
     args: &CommandHandlerArgs,
     accepted: Vec<TimerEntry>,
     to_ack: Vec<Box<dyn Delivery>>,
-) {
+) -> Option<JoinHandle<()>> {
     let earliest = accepted.iter().map(|t| t.due_at).min();
     let received = accepted.len();
     for timer in &accepted {
@@ -188,38 +213,51 @@ async fn store(
             service_call_id = %timer.service_call_id, due_at = %timer.due_at,
             sequence = timer.command_seq, "ScheduleTimer accepted");
     }
-    match args
+    let committed = match args
         .registry
         .persistence()
-        .upsert(newest_per_key(accepted))
-        .await
+        .upsert_queued(newest_per_key(accepted))
     {
-        Ok(written) => {
-            let acks = join_all(to_ack.iter().map(|d| d.ack())).await;
-            let failed_acks = acks.iter().filter(|r| r.is_err()).count();
-            if failed_acks > 0 {
-                tracing::warn!(
-                    actor = "command_handler",
-                    failed_acks,
-                    "stored commands could not be acknowledged; the broker will redeliver them"
-                );
-            }
-            tracing::debug!(
-                actor = "command_handler",
-                received,
-                written,
-                "commands stored and acknowledged"
-            );
-            if let (Some(at), Some(poller)) = (earliest, args.registry.poller()) {
-                let _ = poller.cast(PollerMsg::WakeAt(at));
-            }
-        }
+        Ok(committed) => committed,
         Err(e) => {
             tracing::error!(actor = "command_handler", error = %e, count = received,
                 "commands not stored; asking the broker to redeliver them");
             join_all(to_ack.iter().map(|d| d.nak(REDELIVERY_DELAY))).await;
+            return None;
         }
-    }
+    };
+    let registry = args.registry.clone();
+    Some(tokio::spawn(async move {
+        let failure = match tokio::time::timeout(STORE_TIMEOUT, committed).await {
+            Ok(Ok(Ok(written))) => {
+                let acks = join_all(to_ack.iter().map(|d| d.ack())).await;
+                let failed_acks = acks.iter().filter(|r| r.is_err()).count();
+                if failed_acks > 0 {
+                    tracing::warn!(
+                        actor = "command_handler",
+                        failed_acks,
+                        "stored commands could not be acknowledged; the broker will redeliver them"
+                    );
+                }
+                tracing::debug!(
+                    actor = "command_handler",
+                    received,
+                    written,
+                    "commands stored and acknowledged"
+                );
+                if let (Some(at), Some(poller)) = (earliest, registry.poller()) {
+                    let _ = poller.cast(PollerMsg::WakeAt(at));
+                }
+                return;
+            }
+            Ok(Ok(Err(e))) => e.to_string(),
+            Ok(Err(_)) => "persistence stopped before answering".to_owned(),
+            Err(_) => format!("no commit within {STORE_TIMEOUT:?}"),
+        };
+        tracing::error!(actor = "command_handler", error = %failure, count = received,
+            "commands not stored; asking the broker to redeliver them");
+        join_all(to_ack.iter().map(|d| d.nak(REDELIVERY_DELAY))).await;
+    }))
 }
 
 /// Reports each refused command on the rejection subject, then terminates it on the broker.

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use chrono::{DateTime, Utc};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::domain::TimerEntry;
-use crate::persistence::{SqliteSettings, Store, StoreError};
+use crate::domain::{DuePosition, TimerEntry};
+use crate::persistence::{DueBatch, SqliteSettings, Store, StoreError};
 
 pub struct Persistence;
 
@@ -28,16 +28,14 @@ pub enum PersistenceMsg {
     },
     FindDue {
         now: DateTime<Utc>,
+        after: Option<DuePosition>,
         limit: usize,
-        reply: Reply<Vec<TimerEntry>>,
+        reply: Reply<DueBatch>,
     },
     MarkReached {
         fired: Vec<TimerEntry>,
         reached_at: DateTime<Utc>,
         reply: Reply<u64>,
-    },
-    NextDueAt {
-        reply: Reply<Option<DateTime<Utc>>>,
     },
     Get {
         tenant_id: String,
@@ -82,8 +80,13 @@ impl Actor for Persistence {
                 log_failure("upsert", &result);
                 let _ = reply.send(result);
             }
-            PersistenceMsg::FindDue { now, limit, reply } => {
-                let result = store.find_due(now, limit).await;
+            PersistenceMsg::FindDue {
+                now,
+                after,
+                limit,
+                reply,
+            } => {
+                let result = store.find_due(now, after.as_ref(), limit).await;
                 log_failure("find_due", &result);
                 let _ = reply.send(result);
             }
@@ -94,11 +97,6 @@ impl Actor for Persistence {
             } => {
                 let result = store.mark_reached(&fired, reached_at).await;
                 log_failure("mark_reached", &result);
-                let _ = reply.send(result);
-            }
-            PersistenceMsg::NextDueAt { reply } => {
-                let result = store.next_due_at().await;
-                log_failure("next_due_at", &result);
                 let _ = reply.send(result);
             }
             PersistenceMsg::Get {

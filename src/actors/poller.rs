@@ -2,24 +2,35 @@
 //!
 //! It wakes at the exact instant the earliest `Scheduled` timer is due (and earlier when the
 //! CommandHandler reports a new, earlier one); the periodic tick is only a safety net. On each
-//! wake it reads what is due from Persistence (the database is the truth; memory holds only
-//! the next wake-up time), publishes `DueTimeReached` through the EventBus, waits for the
-//! broker's acknowledgements, and only then marks those timers `Reached`. A timer whose
-//! publish failed stays `Scheduled` and is retried.
+//! wake it reads what is due from Persistence (the database is the truth; memory holds only the
+//! next wake-up and the batches in flight), publishes `DueTimeReached` through the EventBus,
+//! and once the broker has acknowledged them marks exactly those timers `Reached`. A timer whose
+//! publish failed stays `Scheduled` and is retried after a backoff.
+//!
+//! Up to [`PIPELINE_DEPTH`] batches are in flight at once: while the broker acknowledges one,
+//! Persistence already reads the next (after the last timer in flight, so none is published
+//! twice) or marks the previous one. Memory stays bounded by depth × batch size, whatever the
+//! number of pending timers.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use ractor::concurrency::JoinHandle;
+use ractor::concurrency::{JoinHandle, OneshotReceiver};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::oneshot::error::TryRecvError;
 
 use super::registry::Registry;
 use crate::domain::events::{due_message_id, due_time_reached};
-use crate::domain::{Subjects, TimerEntry};
+use crate::domain::{DuePosition, Subjects, TimerEntry};
 use crate::ports::{Clock, EventBus, OutgoingEvent};
 
+/// Batches published but not yet marked, at most.
+pub const PIPELINE_DEPTH: usize = 2;
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a graceful stop waits for the batches in flight to be acknowledged and marked.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 pub struct Poller;
 
@@ -41,8 +52,15 @@ pub struct PollerState {
     tick: Option<JoinHandle<()>>,
     /// The pending wake-up: when, and the timer task that will deliver it.
     wake: Option<(DateTime<Utc>, WakeTask)>,
-    /// Consecutive rounds that could not publish or read, for the retry backoff.
+    /// Publishing batches, oldest first: each yields its outcome when the broker has answered.
+    in_flight: VecDeque<OneshotReceiver<Published>>,
+    /// The last timer handed to the bus; while batches are in flight, reading resumes after it.
+    cursor: Option<DuePosition>,
+    /// Consecutive failed rounds, for the retry backoff.
     failed_rounds: u32,
+    /// After a failure, no batch starts before this instant (monotonic: a backoff is about
+    /// the broker and the disk, not about timer time).
+    backoff_until: Option<tokio::time::Instant>,
 }
 
 pub enum PollerMsg {
@@ -52,8 +70,19 @@ pub enum PollerMsg {
     Wake,
     /// A timer due at this instant was just stored: wake then if that is earlier than planned.
     WakeAt(DateTime<Utc>),
+    /// A batch in flight finished publishing.
+    BatchPublished,
     /// Fault hook: fail as a crash would (drills and tests of supervision).
     Fail(String),
+}
+
+/// What the broker made of one batch.
+pub struct Published {
+    /// Acknowledged by the broker: to be marked `Reached`.
+    fired: Vec<TimerEntry>,
+    reached_at: DateTime<Utc>,
+    /// The first error, when some were not acknowledged (they stay `Scheduled`).
+    error: Option<String>,
 }
 
 impl Actor for Poller {
@@ -70,7 +99,10 @@ impl Actor for Poller {
             args,
             tick: None,
             wake: None,
+            in_flight: VecDeque::new(),
+            cursor: None,
             failed_rounds: 0,
+            backoff_until: None,
         })
     }
 
@@ -85,9 +117,11 @@ impl Actor for Poller {
         Ok(())
     }
 
+    /// A graceful stop lets the batches in flight finish and marks them, so a restart does not
+    /// publish them again.
     async fn post_stop(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         state: &mut PollerState,
     ) -> Result<(), ActorProcessingErr> {
         if let Some(tick) = state.tick.take() {
@@ -95,6 +129,15 @@ impl Actor for Poller {
         }
         if let Some((_, wake)) = state.wake.take() {
             wake.abort();
+        }
+        while let Some(batch) = state.in_flight.pop_front() {
+            match tokio::time::timeout(STOP_GRACE, batch).await {
+                Ok(Ok(published)) => settle(&myself, state, published).await,
+                _ => tracing::warn!(
+                    actor = "poller",
+                    "a batch in flight did not finish before the stop; it will be published again"
+                ),
+            }
         }
         Ok(())
     }
@@ -106,7 +149,31 @@ impl Actor for Poller {
         state: &mut PollerState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            PollerMsg::Tick | PollerMsg::Wake => fire_due(&myself, state).await,
+            PollerMsg::Tick | PollerMsg::Wake => fill(&myself, state).await,
+            PollerMsg::BatchPublished => {
+                // Settle, oldest first, every batch whose outcome is in.
+                while let Some(batch) = state.in_flight.front_mut() {
+                    match batch.try_recv() {
+                        Ok(published) => {
+                            state.in_flight.pop_front();
+                            settle(&myself, state, published).await;
+                        }
+                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Closed) => {
+                            state.in_flight.pop_front();
+                            tracing::error!(
+                                actor = "poller",
+                                "a publishing task ended without an outcome"
+                            );
+                            retry_later(&myself, state);
+                        }
+                    }
+                }
+                if state.in_flight.is_empty() {
+                    state.cursor = None;
+                }
+                fill(&myself, state).await;
+            }
             PollerMsg::WakeAt(at) => {
                 if state.wake.as_ref().is_none_or(|(planned, _)| at < *planned) {
                     wake_at(&myself, state, at);
@@ -130,82 +197,133 @@ fn wake_at(myself: &ActorRef<PollerMsg>, state: &mut PollerState, at: DateTime<U
     state.wake = Some((at, task));
 }
 
-/// Schedules a retry after a failed round, backing off while failures repeat.
+/// Pauses new batches after a failed round, backing off while failures repeat.
 fn retry_later(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     state.failed_rounds += 1;
     let delay = (Duration::from_millis(100) * 2u32.saturating_pow(state.failed_rounds.min(8)))
         .min(MAX_RETRY_BACKOFF);
+    state.backoff_until = Some(tokio::time::Instant::now() + delay);
+    wake_in(myself, state, delay);
+}
+
+/// Arranges the next wake-up `delay` from now.
+fn wake_in(myself: &ActorRef<PollerMsg>, state: &mut PollerState, delay: Duration) {
     let at = state.args.clock.now() + chrono::Duration::from_std(delay).unwrap_or_default();
     wake_at(myself, state, at);
 }
 
-/// Fires one batch of due timers, then arranges the next wake-up: at once when more are due,
-/// otherwise at the earliest pending `dueAt`.
-async fn fire_due(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
+/// Starts publishing due batches until the pipeline is full or nothing more is due, then
+/// arranges the wake-up for the next `dueAt`.
+async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     let persistence = state.args.registry.persistence();
-    let now = state.args.clock.now();
-    let due = match persistence.find_due(now, state.args.batch_size).await {
-        Ok(due) => due,
-        Err(e) => {
-            tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
-            return retry_later(myself, state);
+    while state.in_flight.len() < PIPELINE_DEPTH {
+        if let Some(until) = state.backoff_until {
+            let now = tokio::time::Instant::now();
+            if now < until {
+                return wake_in(myself, state, until - now);
+            }
+            state.backoff_until = None;
         }
-    };
-    let full_batch = due.len() >= state.args.batch_size;
-    if !due.is_empty() {
-        let (fired, failure) = publish(&state.args, due, now).await;
-        if !fired.is_empty() {
-            let count = fired.len();
-            if let Err(e) = persistence.mark_reached(fired, now).await {
-                // The events are out; the rows stay Scheduled and are published again on the
-                // next round, with the same Nats-Msg-Id, so the broker drops the duplicate.
-                tracing::error!(actor = "poller", error = %e, count,
-                    "published timers could not be marked Reached; they will be re-published");
+        let now = state.args.clock.now();
+        let after = if state.in_flight.is_empty() {
+            None
+        } else {
+            state.cursor.clone()
+        };
+        let batch = match persistence
+            .find_due(now, after, state.args.batch_size)
+            .await
+        {
+            Ok(batch) => batch,
+            Err(e) => {
+                tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
                 return retry_later(myself, state);
             }
+        };
+        let full = batch.timers.len() >= state.args.batch_size;
+        if let Some(last) = batch.timers.last() {
+            state.cursor = Some(last.position());
+            state
+                .in_flight
+                .push_back(spawn_publish(myself, &state.args, batch.timers, now));
         }
-        if let Some(error) = failure {
-            tracing::warn!(actor = "poller", error = %error,
-                "DueTimeReached not acknowledged by the broker; timers stay Scheduled and are retried");
-            return retry_later(myself, state);
-        }
-    }
-    if state.failed_rounds > 0 {
-        tracing::info!(actor = "poller", "firing again after failures");
-        state.failed_rounds = 0;
-    }
-    if full_batch {
-        let _ = myself.cast(PollerMsg::Wake);
-        return;
-    }
-    match persistence.next_due_at().await {
-        Ok(Some(at)) => wake_at(myself, state, at),
-        Ok(None) => {
-            if let Some((_, wake)) = state.wake.take() {
-                wake.abort();
+        if !full {
+            match batch.next_due_at {
+                Some(at) => wake_at(myself, state, at),
+                None => {
+                    if let Some((_, wake)) = state.wake.take() {
+                        wake.abort();
+                    }
+                }
             }
-        }
-        Err(e) => {
-            tracing::warn!(actor = "poller", error = %e, "cannot read the next due time; retrying");
-            retry_later(myself, state);
+            return;
         }
     }
 }
 
-/// Publishes `DueTimeReached` for each timer, stamped `reached_at`. Returns the timers the
-/// broker acknowledged and, when any was not, the first error.
-async fn publish(
+/// Publishes one batch in the background; the outcome is in the returned receiver before the
+/// Poller is told to look at it.
+fn spawn_publish(
+    myself: &ActorRef<PollerMsg>,
     args: &PollerArgs,
     due: Vec<TimerEntry>,
     reached_at: DateTime<Utc>,
-) -> (Vec<TimerEntry>, Option<String>) {
+) -> OneshotReceiver<Published> {
+    let (myself, bus, subjects) = (myself.clone(), args.bus.clone(), args.subjects.clone());
+    let (outcome, receiver) = ractor::concurrency::oneshot();
+    tokio::spawn(async move {
+        let published = publish(bus.as_ref(), &subjects, due, reached_at).await;
+        if outcome.send(published).is_ok() {
+            let _ = myself.cast(PollerMsg::BatchPublished);
+        }
+    });
+    receiver
+}
+
+/// Marks what the broker acknowledged; schedules a retry for what it did not.
+async fn settle(myself: &ActorRef<PollerMsg>, state: &mut PollerState, published: Published) {
+    let count = published.fired.len();
+    if count > 0 {
+        let persistence = state.args.registry.persistence();
+        if let Err(e) = persistence
+            .mark_reached(published.fired, published.reached_at)
+            .await
+        {
+            // The events are out; the rows stay Scheduled and are published again, with the
+            // same Nats-Msg-Id, so the broker drops the duplicate inside its window.
+            tracing::error!(actor = "poller", error = %e, count,
+                "published timers could not be marked Reached; they will be published again");
+            return retry_later(myself, state);
+        }
+    }
+    match published.error {
+        Some(error) => {
+            tracing::warn!(actor = "poller", error = %error,
+                "DueTimeReached not acknowledged by the broker; timers stay Scheduled and are retried");
+            retry_later(myself, state);
+        }
+        None if state.failed_rounds > 0 => {
+            tracing::info!(actor = "poller", "firing again after failures");
+            state.failed_rounds = 0;
+        }
+        None => {}
+    }
+}
+
+/// Publishes `DueTimeReached` for each timer, stamped `reached_at`.
+async fn publish(
+    bus: &dyn EventBus,
+    subjects: &Subjects,
+    due: Vec<TimerEntry>,
+    reached_at: DateTime<Utc>,
+) -> Published {
     let mut events = Vec::with_capacity(due.len());
     let mut timers = Vec::with_capacity(due.len());
     for timer in due {
         match serde_json::to_vec(&due_time_reached(&timer, reached_at)) {
             Ok(payload) => {
                 events.push(OutgoingEvent {
-                    subject: args.subjects.due(&timer.tenant_id),
+                    subject: subjects.due(&timer.tenant_id),
                     message_id: due_message_id(&timer),
                     payload: payload.into(),
                 });
@@ -216,9 +334,9 @@ async fn publish(
                 "cannot encode DueTimeReached"),
         }
     }
-    let results = args.bus.publish_all(events).await;
+    let results = bus.publish_all(events).await;
     let mut fired = Vec::with_capacity(timers.len());
-    let mut failure = None;
+    let mut error = None;
     for (timer, result) in timers.into_iter().zip(results) {
         match result {
             Ok(()) => {
@@ -229,9 +347,13 @@ async fn publish(
                 fired.push(timer);
             }
             Err(e) => {
-                failure.get_or_insert(e.0);
+                error.get_or_insert(e.0);
             }
         }
     }
-    (fired, failure)
+    Published {
+        fired,
+        reached_at,
+        error,
+    }
 }

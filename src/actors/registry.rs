@@ -14,8 +14,10 @@ use ractor::ActorRef;
 
 use super::persistence::PersistenceMsg;
 use super::poller::PollerMsg;
-use crate::domain::TimerEntry;
-use crate::persistence::StoreError;
+use ractor::concurrency::OneshotReceiver;
+
+use crate::domain::{DuePosition, TimerEntry};
+use crate::persistence::{DueBatch, StoreError};
 
 /// The children of the Supervisor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -132,13 +134,39 @@ impl PersistenceClient {
             .await
     }
 
+    /// Starts an upsert and returns at once: the write is queued behind every message already
+    /// sent to Persistence (so batches are applied in the order they were queued), and the
+    /// receiver yields its result.
+    pub fn upsert_queued(
+        &self,
+        entries: Vec<TimerEntry>,
+    ) -> Result<OneshotReceiver<Result<u64, StoreError>>, CallError> {
+        let actor: ActorRef<PersistenceMsg> =
+            ActorRef::where_is(self.registry.name(ActorKind::Persistence))
+                .ok_or(CallError::Unavailable)?;
+        let (reply, receiver) = ractor::concurrency::oneshot();
+        actor
+            .cast(PersistenceMsg::Upsert {
+                entries,
+                reply: reply.into(),
+            })
+            .map_err(|e| CallError::Messaging(e.to_string()))?;
+        Ok(receiver)
+    }
+
     pub async fn find_due(
         &self,
         now: DateTime<Utc>,
+        after: Option<DuePosition>,
         limit: usize,
-    ) -> Result<Vec<TimerEntry>, CallError> {
-        self.call(|reply| PersistenceMsg::FindDue { now, limit, reply })
-            .await
+    ) -> Result<DueBatch, CallError> {
+        self.call(|reply| PersistenceMsg::FindDue {
+            now,
+            after,
+            limit,
+            reply,
+        })
+        .await
     }
 
     pub async fn mark_reached(
@@ -152,10 +180,6 @@ impl PersistenceClient {
             reply,
         })
         .await
-    }
-
-    pub async fn next_due_at(&self) -> Result<Option<DateTime<Utc>>, CallError> {
-        self.call(|reply| PersistenceMsg::NextDueAt { reply }).await
     }
 
     pub async fn get(

@@ -11,4 +11,4 @@ pub use command::{Rejection, ScheduleTimer, ScheduleTimerPayload, parse_schedule
 pub use envelope::MessageEnvelope;
 pub use events::{DueTimeReached, TimerCommandRejected};
 pub use subjects::Subjects;
-pub use timer::{TimerEntry, TimerKey, TimerState};
+pub use timer::{DuePosition, TimerEntry, TimerKey, TimerState};

@@ -49,6 +49,15 @@ pub struct TimerKey {
     pub service_call_id: String,
 }
 
+/// A place in firing order: timers fire by `dueAt`, ties broken by tenant then service call.
+/// The Poller reads due timers after the last one it has in flight.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DuePosition {
+    pub due_at: DateTime<Utc>,
+    pub tenant_id: String,
+    pub service_call_id: String,
+}
+
 /// One row of `timer_schedules`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerEntry {
@@ -76,6 +85,14 @@ impl TimerEntry {
             reached_at: None,
             state: TimerState::Scheduled,
             command_seq,
+        }
+    }
+
+    pub fn position(&self) -> DuePosition {
+        DuePosition {
+            due_at: self.due_at,
+            tenant_id: self.tenant_id.clone(),
+            service_call_id: self.service_call_id.clone(),
         }
     }
 

@@ -14,6 +14,9 @@ use crate::ports::{BusError, CommandSource, CommandSourceFactory, Delivery, Inbo
 /// Beyond a pull request's own expiry, how long to wait for the broker to close it before
 /// giving up on the request (the broker may be gone).
 const REQUEST_GRACE: Duration = Duration::from_secs(2);
+/// While the broker reports more commands pending, how long to wait for the next one to fill
+/// the batch. They are already on their way, so this is only a guard against a stalled server.
+const FILL_WAIT: Duration = Duration::from_millis(20);
 
 pub struct JetStreamCommandSource {
     js: jetstream::Context,
@@ -79,22 +82,31 @@ impl JetStreamCommandSource {
     }
 
     /// Appends every message already received on the open request, up to `max` in `out`.
-    fn take_ready(&mut self, out: &mut Vec<InboundCommand>, max: usize) {
+    /// Returns how many commands the broker said were still pending at the last one.
+    fn take_ready(&mut self, out: &mut Vec<InboundCommand>, max: usize, mut pending: u64) -> u64 {
         while out.len() < max {
             let Some((batch, _)) = self.request.as_mut() else {
-                return;
+                break;
             };
             match batch.next().now_or_never() {
-                Some(Some(Ok(message))) => out.extend(inbound(message)),
+                Some(Some(Ok(message))) => pending = push(out, message),
                 Some(Some(Err(e))) => {
                     tracing::warn!(actor = "command_handler", error = %e, "pull request ended with an error");
                     self.request = None;
                 }
                 Some(None) => self.request = None,
-                None => return,
+                None => break,
             }
         }
+        pending
     }
+}
+
+/// Appends a delivered message; returns the broker's count of commands pending behind it.
+fn push(out: &mut Vec<InboundCommand>, message: jetstream::Message) -> u64 {
+    let pending = message.info().map(|i| i.pending).unwrap_or(0);
+    out.extend(inbound(message));
+    pending
 }
 
 #[async_trait]
@@ -109,19 +121,40 @@ impl CommandSource for JetStreamCommandSource {
         let Some((batch, expires)) = self.request.as_mut() else {
             return Ok(out);
         };
-        match tokio::time::timeout(*expires + REQUEST_GRACE, batch.next()).await {
-            Ok(Some(Ok(message))) => out.extend(inbound(message)),
+        let mut pending = match tokio::time::timeout(*expires + REQUEST_GRACE, batch.next()).await {
+            Ok(Some(Ok(message))) => push(&mut out, message),
             Ok(Some(Err(e))) => {
                 self.reset();
                 return Err(BusError(format!("pull request failed: {e}")));
             }
-            Ok(None) => self.request = None,
+            Ok(None) => {
+                self.request = None;
+                return Ok(out);
+            }
             Err(_) => {
                 self.reset();
                 return Err(BusError("pull request was never answered".into()));
             }
+        };
+        // Fill the batch while the broker says more are pending and the request has room:
+        // under load every transaction then carries a full batch.
+        loop {
+            pending = self.take_ready(&mut out, max, pending);
+            if out.len() >= max || pending == 0 {
+                break;
+            }
+            let Some((batch, _)) = self.request.as_mut() else {
+                break;
+            };
+            match tokio::time::timeout(FILL_WAIT, batch.next()).await {
+                Ok(Some(Ok(message))) => pending = push(&mut out, message),
+                Ok(Some(Err(_))) | Ok(None) => {
+                    self.request = None;
+                    break;
+                }
+                Err(_) => break,
+            }
         }
-        self.take_ready(&mut out, max);
         Ok(out)
     }
 
@@ -132,7 +165,9 @@ impl CommandSource for JetStreamCommandSource {
                 break;
             };
             match tokio::time::timeout(*expires + REQUEST_GRACE, batch.next()).await {
-                Ok(Some(Ok(message))) => out.extend(inbound(message)),
+                Ok(Some(Ok(message))) => {
+                    push(&mut out, message);
+                }
                 Ok(Some(Err(_))) | Ok(None) | Err(_) => self.request = None,
             }
         }

@@ -41,6 +41,17 @@ impl FromStr for Synchronous {
     }
 }
 
+impl Synchronous {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "OFF",
+            Self::Normal => "NORMAL",
+            Self::Full => "FULL",
+            Self::Extra => "EXTRA",
+        }
+    }
+}
+
 impl From<Synchronous> for SqliteSynchronous {
     fn from(s: Synchronous) -> Self {
         match s {

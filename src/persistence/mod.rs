@@ -9,4 +9,4 @@ pub mod entity;
 pub mod store;
 
 pub use db::{SqliteSettings, Synchronous};
-pub use store::{Store, StoreError};
+pub use store::{DueBatch, Store, StoreError};

@@ -8,14 +8,15 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, DatabaseConnection, DbErr, EntityTrait, FromQueryResult,
-    QueryFilter, QueryOrder, QuerySelect, QueryTrait, Select, Statement, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait,
+    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, QueryTrait, Select, Statement,
+    TransactionTrait,
 };
 
-use super::db::{SqliteSettings, connect};
+use super::db::{SqliteSettings, Synchronous, connect};
 use super::entity::{self, Column, Entity};
 use crate::domain::timestamp::{format_utc, parse_stored};
-use crate::domain::{TimerEntry, TimerState};
+use crate::domain::{DuePosition, TimerEntry, TimerState};
 
 /// Rows per statement: 8 bound values per upserted row stays far below SQLite's limit of
 /// 32,766 variables.
@@ -38,10 +39,22 @@ pub enum StoreError {
     },
 }
 
+/// A batch of due timers, and when the next one falls due.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DueBatch {
+    /// Due timers in firing order, at most the limit asked for.
+    pub timers: Vec<TimerEntry>,
+    /// The earliest `dueAt` still pending after `now`; only looked up when the batch was not
+    /// full (a full batch means the caller asks again at once).
+    pub next_due_at: Option<DateTime<Utc>>,
+}
+
 /// The service's SQLite database.
 #[derive(Debug, Clone)]
 pub struct Store {
     db: DatabaseConnection,
+    /// The configured `synchronous` level, restored after marking timers `Reached`.
+    synchronous: Synchronous,
 }
 
 impl Store {
@@ -49,6 +62,7 @@ impl Store {
     pub async fn open(path: &Path, settings: &SqliteSettings) -> Result<Self, StoreError> {
         Ok(Self {
             db: connect(path, settings).await?,
+            synchronous: settings.synchronous,
         })
     }
 
@@ -88,18 +102,30 @@ impl Store {
         Ok(written)
     }
 
-    /// Up to `limit` `Scheduled` timers with `due_at <= now`, earliest first.
+    /// Up to `limit` `Scheduled` timers with `due_at <= now` in firing order, starting after
+    /// `after` when given (the last timer the caller already has in flight), and — when fewer
+    /// than `limit` are due — the next `dueAt` to wake up for.
     pub async fn find_due(
         &self,
         now: DateTime<Utc>,
+        after: Option<&DuePosition>,
         limit: usize,
-    ) -> Result<Vec<TimerEntry>, StoreError> {
-        due_query(now, limit)
+    ) -> Result<DueBatch, StoreError> {
+        let timers = due_query(now, after, limit)
             .all(&self.db)
             .await?
             .into_iter()
             .map(from_model)
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_due_at = if timers.len() < limit {
+            self.next_due_after(now).await?
+        } else {
+            None
+        };
+        Ok(DueBatch {
+            timers,
+            next_due_at,
+        })
     }
 
     /// Marks fired timers `Reached` at `reached_at`, in one transaction. A row whose `due_at`
@@ -114,6 +140,27 @@ impl Store {
             return Ok(0);
         }
         let reached_text = format_utc(reached_at);
+        // Losing a `Reached` mark to a power cut only means the event is published again (the
+        // contract allows duplicates, and the broker drops one inside its window), so this
+        // commit does not wait for an fsync. The next command batch, committed with the
+        // configured level, makes it durable too.
+        self.set_synchronous(Synchronous::Normal).await?;
+        let marked = self.mark_reached_in_txn(fired, &reached_text).await;
+        self.set_synchronous(self.synchronous).await?;
+        marked
+    }
+
+    async fn set_synchronous(&self, level: Synchronous) -> Result<(), StoreError> {
+        let pragma = format!("PRAGMA synchronous = {}", level.as_str());
+        self.db.execute_unprepared(&pragma).await?;
+        Ok(())
+    }
+
+    async fn mark_reached_in_txn(
+        &self,
+        fired: &[TimerEntry],
+        reached_text: &str,
+    ) -> Result<u64, StoreError> {
         let txn = self.db.begin().await?;
         let mut marked = 0;
         for chunk in fired.chunks(ROWS_PER_STATEMENT) {
@@ -126,7 +173,7 @@ impl Store {
             });
             let result = Entity::update_many()
                 .col_expr(Column::State, Expr::value(TimerState::Reached.as_str()))
-                .col_expr(Column::ReachedAt, Expr::value(reached_text.clone()))
+                .col_expr(Column::ReachedAt, Expr::value(reached_text))
                 .filter(Expr::cust(PENDING))
                 .filter(
                     Expr::tuple([
@@ -144,12 +191,16 @@ impl Store {
         Ok(marked)
     }
 
-    /// The earliest `due_at` of any `Scheduled` timer: where the Poller sets its next wake-up.
-    pub async fn next_due_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+    /// The earliest `due_at` of any `Scheduled` timer due after `now`.
+    async fn next_due_after(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
         let earliest: Option<String> = Entity::find()
             .select_only()
             .column(Column::DueAt)
             .filter(Expr::cust(PENDING))
+            .filter(Column::DueAt.gt(format_utc(now)))
             .order_by_asc(Column::DueAt)
             .limit(1)
             .into_tuple()
@@ -199,7 +250,12 @@ impl Store {
         struct PlanRow {
             detail: String,
         }
-        let select = due_query(Utc::now(), 100).build(self.db.get_database_backend());
+        let after = DuePosition {
+            due_at: Utc::now(),
+            tenant_id: String::new(),
+            service_call_id: String::new(),
+        };
+        let select = due_query(Utc::now(), Some(&after), 100).build(self.db.get_database_backend());
         let explain = Statement::from_sql_and_values(
             select.db_backend,
             format!("EXPLAIN QUERY PLAN {}", select.sql),
@@ -214,12 +270,30 @@ impl Store {
     }
 }
 
-/// The polling query, shared by [`Store::find_due`] and [`Store::explain_due_query`].
-fn due_query(now: DateTime<Utc>, limit: usize) -> Select<Entity> {
-    Entity::find()
+/// The polling query, shared by [`Store::find_due`] and [`Store::explain_due_query`]: a range
+/// scan of the pending index in firing order.
+fn due_query(now: DateTime<Utc>, after: Option<&DuePosition>, limit: usize) -> Select<Entity> {
+    let mut query = Entity::find()
         .filter(Expr::cust(PENDING))
-        .filter(Column::DueAt.lte(format_utc(now)))
+        .filter(Column::DueAt.lte(format_utc(now)));
+    if let Some(after) = after {
+        query = query.filter(
+            Expr::tuple([
+                Expr::col(Column::DueAt),
+                Expr::col(Column::TenantId),
+                Expr::col(Column::ServiceCallId),
+            ])
+            .gt(Expr::tuple([
+                Expr::value(format_utc(after.due_at)),
+                Expr::value(after.tenant_id.clone()),
+                Expr::value(after.service_call_id.clone()),
+            ])),
+        );
+    }
+    query
         .order_by_asc(Column::DueAt)
+        .order_by_asc(Column::TenantId)
+        .order_by_asc(Column::ServiceCallId)
         .limit(limit as u64)
 }
 
