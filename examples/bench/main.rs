@@ -32,6 +32,10 @@ use stats::{Lateness, Spread};
 use timer_service::persistence::SqliteSettings;
 use workloads::Bench;
 
+/// The same allocator as the daemon, so the raw figures measure the same stack.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 struct Args {
     /// Runs of each figure; the report gives the median and the range.

@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::envelope::MessageEnvelope;
@@ -108,7 +109,8 @@ pub fn parse_schedule_timer(
     };
     check_tenant_id(tenant_id).map_err(|e| reject(format!("subject {subject:?}: {e}")))?;
 
-    let envelope: MessageEnvelope<serde_json::Value> = serde_json::from_slice(bytes)
+    // The payload stays raw until the type is known: one pass over the bytes, no JSON tree.
+    let envelope: MessageEnvelope<Box<RawValue>> = serde_json::from_slice(bytes)
         .map_err(|e| reject(format!("not a valid MessageEnvelope: {e}")))?;
     if envelope.message_type != SCHEDULE_TIMER {
         return Err(reject(format!(
@@ -122,7 +124,7 @@ pub fn parse_schedule_timer(
             envelope.tenant_id
         )));
     }
-    let payload: ScheduleTimerPayload = serde_json::from_value(envelope.payload)
+    let payload: ScheduleTimerPayload = serde_json::from_str(envelope.payload.get())
         .map_err(|e| reject(format!("invalid ScheduleTimer payload: {e}")))?;
     if payload.tenant_id != tenant_id {
         return Err(reject(format!(
