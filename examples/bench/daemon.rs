@@ -2,7 +2,7 @@
 //! like in production), and a read-only view of its SQLite file.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -66,7 +66,7 @@ impl Daemon {
                 "RUST_LOG",
                 std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".into()),
             )
-            .stdout(Stdio::null())
+            .stdout(out.try_clone().expect("log file"))
             .stderr(out)
             .spawn()
             .expect("start timer-service");

@@ -71,6 +71,9 @@ struct Args {
     /// SQLite `synchronous` level of the daemon (FULL is its default).
     #[arg(long, default_value = "FULL")]
     synchronous: String,
+    /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).
+    #[arg(long)]
+    keep: bool,
     /// Where the report, the plot and cached databases go.
     #[arg(long, default_value = "bench-out")]
     out: PathBuf,
@@ -111,6 +114,9 @@ async fn main() {
     let args = Args::parse();
     std::fs::create_dir_all(args.out.join("cache")).expect("output directory");
     let work = tempfile::tempdir_in(&args.out).expect("work directory");
+    if args.keep {
+        eprintln!("keeping the work directory {}", work.path().display());
+    }
     let lead = Duration::from_millis(args.lead_ms);
     let sqlite = SqliteSettings::default();
     let mut f = Figures {
@@ -224,7 +230,9 @@ async fn main() {
             f.catch_up_rss.push(c.peak_rss_mib);
             drop(bench);
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        if !args.keep {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 
     let report = report(&args, &f);
@@ -232,6 +240,9 @@ async fn main() {
     std::fs::write(args.out.join("report.md"), &report).expect("write report");
     let plot_path = args.out.join("lateness.svg");
     plot::lateness_cdf(&plot_path, &f.lateness_samples, &f.native_samples);
+    if args.keep {
+        let _ = work.keep();
+    }
     eprintln!(
         "wrote {} and {}",
         args.out.join("report.md").display(),

@@ -76,7 +76,14 @@ impl Actor for Persistence {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             PersistenceMsg::Upsert { entries, reply } => {
+                let started = std::time::Instant::now();
                 let result = store.upsert(&entries).await;
+                tracing::debug!(
+                    actor = "persistence",
+                    rows = entries.len(),
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "upsert committed"
+                );
                 log_failure("upsert", &result);
                 let _ = reply.send(result);
             }
