@@ -219,3 +219,39 @@ proptest! {
         })?;
     }
 }
+
+#[tokio::test]
+async fn the_wal_is_checkpointed_from_a_second_connection_not_by_commits() {
+    let (dir, store) = store().await;
+    let path = dir.path().join("timers.db");
+    let rows: Vec<TimerEntry> = (0..3000)
+        .map(|i| entry("acme", &format!("c{i}"), i, i as i64))
+        .collect();
+    store.upsert(&rows).await.unwrap();
+    let checkpointer = connect(&path, &SqliteSettings::default()).await.unwrap();
+    let autocheckpoint = checkpointer
+        .query_one_raw(Statement::from_string(
+            checkpointer.get_database_backend(),
+            "PRAGMA wal_autocheckpoint",
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get_by_index::<i64>(0)
+        .unwrap();
+    assert!(
+        autocheckpoint >= 10_000,
+        "commits must not checkpoint a small WAL: {autocheckpoint}"
+    );
+    let done = timer_service::persistence::db::checkpoint(
+        &checkpointer,
+        timer_service::persistence::db::CheckpointMode::Passive,
+    )
+    .await
+    .unwrap();
+    assert!(done.wal_pages > 0);
+    assert_eq!(
+        done.checkpointed_pages, done.wal_pages,
+        "a passive checkpoint with no writer copies it all"
+    );
+}

@@ -217,8 +217,10 @@ async fn main() {
                 .push(Lateness::from_samples(late.samples, late.expected));
             entry.lateness_rss.push(late.peak_rss_mib);
             drop((bench, bench2));
-            let _ = std::fs::remove_dir_all(dir.join(format!("scale-{i}")));
-            let _ = std::fs::remove_dir_all(dir.join(format!("scale-{i}-late")));
+            if !args.keep {
+                let _ = std::fs::remove_dir_all(dir.join(format!("scale-{i}")));
+                let _ = std::fs::remove_dir_all(dir.join(format!("scale-{i}-late")));
+            }
         }
 
         if let Some(base) = &catch_up_base {

@@ -55,6 +55,11 @@ impl Bench {
         }
         if let Some(base) = base {
             std::fs::copy(base, self.db_path()).expect("copy base database");
+            // On disk before the daemon starts, as a long-lived database would be: otherwise
+            // the copy's dirty pages are flushed by the daemon's first fsyncs.
+            std::fs::File::open(self.db_path())
+                .and_then(|f| f.sync_all())
+                .expect("sync copy");
         }
     }
 

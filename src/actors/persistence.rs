@@ -93,7 +93,13 @@ impl Actor for Persistence {
                 limit,
                 reply,
             } => {
+                let started = std::time::Instant::now();
                 let result = store.find_due(now, after.as_ref(), limit).await;
+                log_timing(
+                    "find_due",
+                    result.as_ref().map_or(0, |b| b.timers.len()),
+                    started,
+                );
                 log_failure("find_due", &result);
                 let _ = reply.send(result);
             }
@@ -102,7 +108,9 @@ impl Actor for Persistence {
                 reached_at,
                 reply,
             } => {
+                let started = std::time::Instant::now();
                 let result = store.mark_reached(&fired, reached_at).await;
+                log_timing("mark_reached", fired.len(), started);
                 log_failure("mark_reached", &result);
                 let _ = reply.send(result);
             }
@@ -117,6 +125,17 @@ impl Actor for Persistence {
         }
         Ok(())
     }
+}
+
+/// Debug-level timing of each transaction: where an operator looks when firing runs late.
+fn log_timing(operation: &'static str, rows: usize, started: std::time::Instant) {
+    tracing::debug!(
+        actor = "persistence",
+        operation,
+        rows,
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "transaction done"
+    );
 }
 
 fn log_failure<T>(operation: &'static str, result: &Result<T, StoreError>) {

@@ -23,14 +23,16 @@ use crate::persistence::{DueBatch, StoreError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ActorKind {
     Persistence,
+    Checkpointer,
     Poller,
     CommandHandler,
 }
 
 impl ActorKind {
     /// Start order: Persistence first, since the others call it. Shutdown runs in reverse.
-    pub const START_ORDER: [ActorKind; 3] = [
+    pub const START_ORDER: [ActorKind; 4] = [
         ActorKind::Persistence,
+        ActorKind::Checkpointer,
         ActorKind::Poller,
         ActorKind::CommandHandler,
     ];
@@ -38,6 +40,7 @@ impl ActorKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ActorKind::Persistence => "persistence",
+            ActorKind::Checkpointer => "checkpointer",
             ActorKind::Poller => "poller",
             ActorKind::CommandHandler => "command_handler",
         }

@@ -1,4 +1,4 @@
-//! Supervisor: starts Persistence, Poller and CommandHandler linked to itself, restarts a child
+//! Supervisor: starts Persistence, Checkpointer, Poller and CommandHandler linked to itself, restarts a child
 //! that fails or stops unasked (after a backoff), and gives up — stopping the daemon with an
 //! error — when one child needs more restarts than allowed within the window, so the process
 //! manager takes over. Every start, stop, failure and restart is one log event naming the actor.
@@ -12,6 +12,7 @@ use ractor::{
     SupervisionEvent,
 };
 
+use super::checkpointer::{Checkpointer, CheckpointerArgs, CheckpointerMsg};
 use super::command_handler::{CommandHandler, CommandHandlerArgs, CommandHandlerMsg};
 use super::persistence::{Persistence, PersistenceArgs, PersistenceMsg};
 use super::poller::{Poller, PollerArgs, PollerMsg};
@@ -161,6 +162,16 @@ async fn start_child(
                 .0
                 .get_cell()
         }
+        ActorKind::Checkpointer => {
+            let checkpointer = CheckpointerArgs {
+                db_path: args.persistence.db_path.clone(),
+                sqlite: args.persistence.sqlite.clone(),
+            };
+            Actor::spawn_linked(name, Checkpointer, checkpointer, me)
+                .await?
+                .0
+                .get_cell()
+        }
         ActorKind::Poller => Actor::spawn_linked(name, Poller, args.poller.clone(), me)
             .await?
             .0
@@ -253,6 +264,9 @@ fn inject_fault(state: &SupervisorState, kind: ActorKind, reason: String) {
     let sent = match kind {
         ActorKind::Persistence => ActorRef::<PersistenceMsg>::from(cell.clone())
             .cast(PersistenceMsg::Fail(reason))
+            .is_ok(),
+        ActorKind::Checkpointer => ActorRef::<CheckpointerMsg>::from(cell.clone())
+            .cast(CheckpointerMsg::Fail(reason))
             .is_ok(),
         ActorKind::Poller => ActorRef::<PollerMsg>::from(cell.clone())
             .cast(PollerMsg::Fail(reason))

@@ -9,7 +9,7 @@ use migration::{Migrator, MigratorTrait};
 use sea_orm::sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
-use sea_orm::{DatabaseConnection, DbErr, SqlxSqliteConnector};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, SqlxSqliteConnector, Statement};
 use serde::Deserialize;
 
 /// SQLite `synchronous` level.
@@ -82,6 +82,51 @@ impl Default for SqliteSettings {
     }
 }
 
+/// WAL size, in pages, at which a commit checkpoints by itself.
+const AUTOCHECKPOINT_BACKSTOP_PAGES: u32 = 100_000;
+
+/// What one checkpoint did, as SQLite reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Pages in the WAL.
+    pub wal_pages: i64,
+    /// Pages copied into the database file so far.
+    pub checkpointed_pages: i64,
+}
+
+/// How a checkpoint treats the writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// Copies what it can without waiting for, or blocking, readers and the writer.
+    Passive,
+    /// Copies everything, then empties the WAL file; waits for the writer's current transaction
+    /// and holds off the next one meanwhile. Cheap once a passive checkpoint has copied it all.
+    Truncate,
+}
+
+/// Checkpoints the WAL of `db`'s file.
+pub async fn checkpoint(
+    db: &DatabaseConnection,
+    mode: CheckpointMode,
+) -> Result<Checkpoint, DbErr> {
+    let pragma = match mode {
+        CheckpointMode::Passive => "PRAGMA wal_checkpoint(PASSIVE)",
+        CheckpointMode::Truncate => "PRAGMA wal_checkpoint(TRUNCATE)",
+    };
+    // All rows, so the statement runs to completion and holds no read snapshot afterwards: a
+    // lingering snapshot would keep the writer from restarting the WAL, which then only grows.
+    let rows = db
+        .query_all_raw(Statement::from_string(db.get_database_backend(), pragma))
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| DbErr::Custom("wal_checkpoint returned no row".into()))?;
+    Ok(Checkpoint {
+        wal_pages: row.try_get_by_index(1)?,
+        checkpointed_pages: row.try_get_by_index(2)?,
+    })
+}
+
 /// Opens (creating if absent) the SQLite file at `path`.
 pub async fn connect(path: &Path, settings: &SqliteSettings) -> Result<DatabaseConnection, DbErr> {
     let options = SqliteConnectOptions::new()
@@ -91,7 +136,14 @@ pub async fn connect(path: &Path, settings: &SqliteSettings) -> Result<DatabaseC
         .synchronous(settings.synchronous.into())
         .busy_timeout(settings.busy_timeout)
         .foreign_keys(true)
-        .pragma("cache_size", format!("-{}", settings.cache_kib));
+        .pragma("cache_size", format!("-{}", settings.cache_kib))
+        // Checkpoints are the Checkpointer actor's job, on its own connection, so that copying
+        // the WAL into a large file never stalls a commit on the firing path. This threshold
+        // (about 400 MB of WAL) is only a backstop should the Checkpointer be down.
+        .pragma(
+            "wal_autocheckpoint",
+            AUTOCHECKPOINT_BACKSTOP_PAGES.to_string(),
+        );
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
