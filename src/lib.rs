@@ -11,7 +11,7 @@
 //!   [`ports::Clock`], plus in-memory/manual doubles for unit tests.
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker.
 //! - [`persistence`]: the SQLite store (SeaORM), the only code that touches the database.
-//! - [`actors`]: Supervisor, Persistence, CommandHandler and Poller (ractor).
+//! - [`actors`]: Supervisor, Persistence, Checkpointer, CommandHandler and Poller (ractor).
 //! - [`config`]: `config.toml` + `TIMER_*` environment overrides.
 //! - [`daemon`]: wiring it all together; [`run`] is what `main` calls.
 
