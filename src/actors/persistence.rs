@@ -4,6 +4,7 @@
 //! to by the fault hook or when the file cannot be opened at (re)start.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -76,16 +77,9 @@ impl Actor for Persistence {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             PersistenceMsg::Upsert { entries, reply } => {
-                let started = std::time::Instant::now();
+                let started = Instant::now();
                 let result = store.upsert(&entries).await;
-                tracing::debug!(
-                    actor = "persistence",
-                    rows = entries.len(),
-                    elapsed_us = started.elapsed().as_micros() as u64,
-                    "upsert committed"
-                );
-                log_failure("upsert", &result);
-                let _ = reply.send(result);
+                respond("upsert", entries.len(), started, result, reply);
             }
             PersistenceMsg::FindDue {
                 now,
@@ -93,26 +87,19 @@ impl Actor for Persistence {
                 limit,
                 reply,
             } => {
-                let started = std::time::Instant::now();
+                let started = Instant::now();
                 let result = store.find_due(now, after.as_ref(), limit).await;
-                log_timing(
-                    "find_due",
-                    result.as_ref().map_or(0, |b| b.timers.len()),
-                    started,
-                );
-                log_failure("find_due", &result);
-                let _ = reply.send(result);
+                let rows = result.as_ref().map_or(0, |b| b.timers.len());
+                respond("find_due", rows, started, result, reply);
             }
             PersistenceMsg::MarkReached {
                 fired,
                 reached_at,
                 reply,
             } => {
-                let started = std::time::Instant::now();
+                let started = Instant::now();
                 let result = store.mark_reached(&fired, reached_at).await;
-                log_timing("mark_reached", fired.len(), started);
-                log_failure("mark_reached", &result);
-                let _ = reply.send(result);
+                respond("mark_reached", fired.len(), started, result, reply);
             }
             PersistenceMsg::Get {
                 tenant_id,
@@ -127,19 +114,26 @@ impl Actor for Persistence {
     }
 }
 
-/// Debug-level timing of each transaction: where an operator looks when firing runs late.
-fn log_timing(operation: &'static str, rows: usize, started: std::time::Instant) {
-    tracing::debug!(
-        actor = "persistence",
-        operation,
-        rows,
-        elapsed_us = started.elapsed().as_micros() as u64,
-        "transaction done"
-    );
-}
-
-fn log_failure<T>(operation: &'static str, result: &Result<T, StoreError>) {
-    if let Err(e) = result {
-        tracing::error!(actor = "persistence", operation, error = %e, "database operation failed");
+/// Logs one transaction (its duration at debug: where an operator looks when firing runs late;
+/// a failure at error) and replies with its result.
+fn respond<T>(
+    operation: &'static str,
+    rows: usize,
+    started: Instant,
+    result: Result<T, StoreError>,
+    reply: Reply<T>,
+) {
+    let elapsed_us = started.elapsed().as_micros() as u64;
+    match &result {
+        Ok(_) => tracing::debug!(
+            actor = "persistence",
+            operation,
+            rows,
+            elapsed_us,
+            "transaction done"
+        ),
+        Err(e) => tracing::error!(actor = "persistence", operation, rows, error = %e,
+            "database operation failed"),
     }
+    let _ = reply.send(result);
 }
