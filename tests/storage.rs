@@ -102,16 +102,11 @@ async fn find_due_returns_only_scheduled_timers_due_by_now_earliest_first() {
         .collect();
     assert_eq!(ids, ["early", "late"]);
     assert_eq!(
-        due.next_due_at,
-        Some(at(900)),
-        "not full: the next wake-up comes along"
+        due.next_due_at, None,
+        "timers due: the caller asks again once they are out"
     );
     let first = store.find_due(at(300), None, 1).await.unwrap();
     assert_eq!(first.timers.len(), 1);
-    assert_eq!(
-        first.next_due_at, None,
-        "full: the caller asks again at once"
-    );
     // Resuming after the first one in flight yields the second.
     let rest = store
         .find_due(at(300), Some(&first.timers[0].position()), 10)
@@ -120,6 +115,13 @@ async fn find_due_returns_only_scheduled_timers_due_by_now_earliest_first() {
     assert_eq!(rest.timers.len(), 1);
     assert_eq!(rest.timers[0].service_call_id, "late");
     store.mark_reached(&due.timers, at(301)).await.unwrap();
+    let nothing_due = store.find_due(at(300), None, 10).await.unwrap();
+    assert!(nothing_due.timers.is_empty());
+    assert_eq!(
+        nothing_due.next_due_at,
+        Some(at(900)),
+        "nothing due: the next wake-up comes along"
+    );
     assert!(
         store
             .find_due(at(300), None, 10)

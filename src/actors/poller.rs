@@ -248,6 +248,11 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
                 .push_back(spawn_publish(myself, &state.args, batch.timers, now));
         }
         if !full {
+            if !state.in_flight.is_empty() && batch.next_due_at.is_none() {
+                // Nothing more is due now; once the batches in flight are settled, the next
+                // read finds nothing due and brings the next wake-up time.
+                return;
+            }
             match batch.next_due_at {
                 Some(at) => wake_at(myself, state, at),
                 None => {

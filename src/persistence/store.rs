@@ -44,8 +44,8 @@ pub enum StoreError {
 pub struct DueBatch {
     /// Due timers in firing order, at most the limit asked for.
     pub timers: Vec<TimerEntry>,
-    /// The earliest `dueAt` still pending after `now`; only looked up when the batch was not
-    /// full (a full batch means the caller asks again at once).
+    /// The earliest `dueAt` still pending after `now`; only looked up when nothing is due, so
+    /// the look-up never delays a publish (the caller asks again once its batch is out).
     pub next_due_at: Option<DateTime<Utc>>,
 }
 
@@ -104,7 +104,7 @@ impl Store {
 
     /// Up to `limit` `Scheduled` timers with `due_at <= now` in firing order, starting after
     /// `after` when given (the last timer the caller already has in flight), and — when fewer
-    /// than `limit` are due — the next `dueAt` to wake up for.
+    /// is due — the next `dueAt` to wake up for.
     pub async fn find_due(
         &self,
         now: DateTime<Utc>,
@@ -117,7 +117,7 @@ impl Store {
             .into_iter()
             .map(from_model)
             .collect::<Result<Vec<_>, _>>()?;
-        let next_due_at = if timers.len() < limit {
+        let next_due_at = if timers.is_empty() {
             self.next_due_after(now).await?
         } else {
             None
