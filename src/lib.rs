@@ -12,10 +12,12 @@
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker.
 //! - [`persistence`]: the SQLite store (SeaORM), the only code that touches the database.
 //! - [`actors`]: Supervisor, Persistence, Checkpointer, CommandHandler and Poller (ractor).
+//! - [`backoff`]: the retry delays.
 //! - [`config`]: `config.toml` + `TIMER_*` environment overrides.
 //! - [`daemon`]: wiring it all together; [`run`] is what `main` calls.
 
 pub mod actors;
+pub mod backoff;
 pub mod config;
 pub mod daemon;
 pub mod domain;

@@ -17,6 +17,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::poller::PollerMsg;
 use super::registry::Registry;
+use crate::backoff;
 use crate::domain::command::generated_correlation_id;
 use crate::domain::events::{rejection_message_id, timer_command_rejected};
 use crate::domain::timer::newest_per_key;
@@ -30,6 +31,7 @@ use crate::ports::{
 const FETCH_WAIT: Duration = Duration::from_millis(500);
 /// Delay before the broker redelivers commands that could not be stored.
 const REDELIVERY_DELAY: Duration = Duration::from_secs(1);
+const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_SOURCE_BACKOFF: Duration = Duration::from_secs(5);
 /// Batches handed to Persistence and not yet acknowledged, at most.
 pub const STORE_PIPELINE_DEPTH: usize = 2;
@@ -144,7 +146,11 @@ impl Actor for CommandHandler {
                     }
                     Err(e) => {
                         state.failed_pulls += 1;
-                        let delay = backoff(state.failed_pulls);
+                        let delay = backoff::exponential(
+                            state.failed_pulls,
+                            FIRST_RETRY,
+                            MAX_SOURCE_BACKOFF,
+                        );
                         tracing::warn!(actor = "command_handler", error = %e,
                             retry_in_ms = delay.as_millis() as u64, "cannot pull commands");
                         myself.send_after(delay, || CommandHandlerMsg::Fetch);
@@ -155,10 +161,6 @@ impl Actor for CommandHandler {
         }
         Ok(())
     }
-}
-
-fn backoff(failures: u32) -> Duration {
-    (Duration::from_millis(100) * 2u32.saturating_pow(failures.min(8))).min(MAX_SOURCE_BACKOFF)
 }
 
 /// Validates, stores, reports and settles one batch.

@@ -22,12 +22,14 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot::error::TryRecvError;
 
 use super::registry::Registry;
+use crate::backoff;
 use crate::domain::events::{due_message_id, due_time_reached};
 use crate::domain::{DuePosition, Subjects, TimerEntry};
 use crate::ports::{Clock, EventBus, OutgoingEvent};
 
 /// Batches published but not yet marked, at most.
 pub const PIPELINE_DEPTH: usize = 2;
+const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
 /// How long a graceful stop waits for the batches in flight to be acknowledged and marked.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -200,8 +202,7 @@ fn wake_at(myself: &ActorRef<PollerMsg>, state: &mut PollerState, at: DateTime<U
 /// Pauses new batches after a failed round, backing off while failures repeat.
 fn retry_later(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     state.failed_rounds += 1;
-    let delay = (Duration::from_millis(100) * 2u32.saturating_pow(state.failed_rounds.min(8)))
-        .min(MAX_RETRY_BACKOFF);
+    let delay = backoff::exponential(state.failed_rounds, FIRST_RETRY, MAX_RETRY_BACKOFF);
     state.backoff_until = Some(tokio::time::Instant::now() + delay);
     wake_in(myself, state, delay);
 }

@@ -17,6 +17,7 @@ use super::command_handler::{CommandHandler, CommandHandlerArgs, CommandHandlerM
 use super::persistence::{Persistence, PersistenceArgs, PersistenceMsg};
 use super::poller::{Poller, PollerArgs, PollerMsg};
 use super::registry::{ActorKind, Registry};
+use crate::backoff;
 use crate::config::SupervisorSettings;
 
 /// How long a child may take to stop gracefully before the shutdown moves on.
@@ -226,8 +227,11 @@ async fn child_down(
         myself.stop(Some(reason));
         return;
     }
-    let exponent = u32::try_from(attempt - 1).unwrap_or(u32::MAX).min(16);
-    let delay = (settings.min_backoff * 2u32.saturating_pow(exponent)).min(settings.max_backoff);
+    let delay = backoff::exponential(
+        u32::try_from(attempt).unwrap_or(u32::MAX),
+        settings.min_backoff,
+        settings.max_backoff,
+    );
     tracing::warn!(actor = %kind, attempt, delay_ms = delay.as_millis() as u64,
         "restarting actor after backoff");
     myself.send_after(delay, move || SupervisorMsg::Restart(kind));

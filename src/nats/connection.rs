@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions, Event, jetstream};
 
+use crate::backoff;
+
 /// Upper bound of the reconnect backoff: how long after the broker returns the daemon may take
 /// to notice.
+const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(50);
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 /// How long a JetStream request or PubAck may take before it counts as failed and is retried.
 const JETSTREAM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -20,10 +23,11 @@ pub async fn connect(url: &str) -> Result<Client, async_nats::ConnectError> {
         .max_reconnects(None)
         .reconnect_delay_callback(|attempts| match attempts {
             0 => Duration::ZERO,
-            n => {
-                let exp = u32::try_from(n.min(7)).unwrap_or(7);
-                (Duration::from_millis(25) * 2u32.pow(exp)).min(MAX_RECONNECT_DELAY)
-            }
+            n => backoff::exponential(
+                u32::try_from(n).unwrap_or(u32::MAX),
+                FIRST_RECONNECT_DELAY,
+                MAX_RECONNECT_DELAY,
+            ),
         })
         .event_callback(|event| async move {
             match event {
