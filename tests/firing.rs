@@ -7,8 +7,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use common::{NatsServer, Scratch, TestClient, config};
-use timer_service::Daemon;
 use timer_service::domain::events::due_message_id;
 use timer_service::domain::{TimerEntry, TimerState};
 
@@ -18,11 +16,7 @@ const ON_TIME: chrono::Duration = chrono::Duration::milliseconds(1000);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fires_at_due_at_with_the_contract_envelope() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
 
     let due_at = Utc::now() + chrono::Duration::milliseconds(1500);
     client
@@ -106,11 +100,7 @@ async fn fires_at_due_at_with_the_contract_envelope() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_due_at_in_the_past_fires_at_once_and_offsets_are_echoed_in_utc() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
 
     let sent = Utc::now();
     let command = common::schedule_command("acme", "past", "2020-01-01T12:00:00.5+02:00", None);
@@ -144,11 +134,7 @@ async fn a_due_at_in_the_past_fires_at_once_and_offsets_are_echoed_in_utc() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tenants_with_timers_due_at_the_same_instant_all_fire_once() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
 
     const TENANTS: usize = 12;
     const PER_TENANT: usize = 25; // 300 timers: three batches of the default 100
@@ -197,11 +183,7 @@ async fn many_tenants_with_timers_due_at_the_same_instant_all_fire_once() {
 /// none early.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_stream_of_timers_all_fire() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
 
     const TIMERS: usize = 1500;
     let mut subscriber = client

@@ -6,18 +6,7 @@ mod common;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use common::{NatsServer, Scratch, TestClient, config};
-use timer_service::Daemon;
 use timer_service::domain::{TimerEntry, TimerState};
-
-async fn started() -> (NatsServer, Scratch, Daemon, TestClient) {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
-    (server, scratch, daemon, client)
-}
 
 fn millis(t: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
     Utc.timestamp_millis_opt(t.timestamp_millis()).unwrap()
@@ -25,7 +14,7 @@ fn millis(t: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicated_command_fires_once() {
-    let (_server, _scratch, daemon, client) = started().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
     let due_at = Utc::now() + chrono::Duration::milliseconds(800);
     for _ in 0..3 {
         client.schedule("acme", "dup", due_at, Some("same")).await;
@@ -40,7 +29,7 @@ async fn a_duplicated_command_fires_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reschedule_before_due_fires_only_at_the_new_time() {
-    let (_server, _scratch, daemon, client) = started().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
     let first = Utc::now() + chrono::Duration::milliseconds(1500);
     let second = millis(first + chrono::Duration::milliseconds(1500));
     client.schedule("acme", "moved", first, Some("v1")).await;
@@ -59,7 +48,7 @@ async fn a_reschedule_before_due_fires_only_at_the_new_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_after_the_timer_fired_is_ignored() {
-    let (_server, _scratch, daemon, client) = started().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
     client.schedule("acme", "done", Utc::now(), None).await;
     client
         .await_due("acme", "done", Duration::from_secs(10))
@@ -95,7 +84,7 @@ async fn a_command_after_the_timer_fired_is_ignored() {
 /// must fire at the newer command's time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_command_applied_after_a_newer_one_has_no_effect() {
-    let (_server, _scratch, daemon, client) = started().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
     let newer_due = millis(Utc::now() + chrono::Duration::milliseconds(1500));
     let older_due = millis(Utc::now() + chrono::Duration::milliseconds(200));
     let entry = |seq: u64, due_at, correlation: &str| TimerEntry {

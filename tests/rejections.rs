@@ -7,17 +7,13 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{NatsServer, Scratch, TestClient, config, eventually, schedule_command};
+use common::{eventually, schedule_command};
 use serde_json::json;
-use timer_service::{ActorKind, Daemon};
+use timer_service::ActorKind;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
 
     let good = || schedule_command("acme", "bad", "2030-01-01T00:00:00Z", None);
     let with = |change: &dyn Fn(&mut serde_json::Value)| {

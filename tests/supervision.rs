@@ -6,17 +6,13 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{NatsServer, Scratch, TestClient, config, eventually};
+use common::{NatsServer, Scratch, config, eventually};
 use timer_service::config::SupervisorSettings;
 use timer_service::{ActorKind, Daemon, DaemonError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_failed_child_is_restarted_and_timers_keep_firing() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let (_server, _scratch, daemon, client) = common::started().await;
 
     for kind in [
         ActorKind::Persistence,

@@ -62,6 +62,19 @@ pub fn config(server: &NatsServer, scratch: &Scratch) -> Config {
     }
 }
 
+/// A broker, a database and the daemon running on them in-process, plus a client; returns once
+/// the daemon has created its command stream.
+pub async fn started() -> (NatsServer, Scratch, timer_service::Daemon, TestClient) {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let daemon = timer_service::Daemon::start(config(&server, &scratch))
+        .await
+        .expect("daemon starts");
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    (server, scratch, daemon, client)
+}
+
 /// The daemon binary as a child process, for SIGKILL and SIGTERM.
 pub struct DaemonProcess {
     child: Child,
