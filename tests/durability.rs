@@ -188,3 +188,81 @@ async fn the_daemon_starts_while_the_broker_is_away_and_catches_up() {
         .await;
     daemon.shutdown().await.unwrap();
 }
+
+/// A crash between the PubAck and the `Reached` mark makes the daemon publish the same firing
+/// again; its deterministic `Nats-Msg-Id` lets the broker drop the copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_republished_firing_is_dropped_by_the_broker() {
+    let (_server, scratch, daemon, client) = common::started().await;
+    client.schedule("acme", "twice", Utc::now(), None).await;
+    client
+        .await_due("acme", "twice", Duration::from_secs(10))
+        .await;
+
+    // What a crash right after the PubAck leaves behind: the row still Scheduled.
+    let db = timer_service::persistence::db::connect(&scratch.db_path(), &Default::default())
+        .await
+        .unwrap();
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &db,
+        "UPDATE timer_schedules SET state = 'Scheduled', reached_at = NULL
+         WHERE tenant_id = 'acme' AND service_call_id = 'twice'",
+    )
+    .await
+    .unwrap();
+    client.barrier("acme").await; // the Poller has fired everything due again
+
+    assert_eq!(
+        client.count_due("acme", "twice").await,
+        1,
+        "the broker kept one copy"
+    );
+    let row = daemon
+        .persistence()
+        .get("acme", "twice")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.state, timer_service::domain::TimerState::Reached);
+    daemon.shutdown().await.unwrap();
+}
+
+/// Streams an operator created first, with settings of their own, are used as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_created_by_an_operator_are_used_as_they_are() {
+    use async_nats::jetstream::stream;
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    for (name, subject) in [
+        ("TIMER_COMMANDS", "timer.cmd.>"),
+        ("TIMER_EVENTS", "timer.evt.>"),
+    ] {
+        client
+            .js
+            .create_stream(stream::Config {
+                name: name.into(),
+                subjects: vec![subject.into()],
+                max_age: Duration::from_secs(3600),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    client
+        .schedule("acme", "own-streams", Utc::now(), None)
+        .await;
+    client
+        .await_due("acme", "own-streams", Duration::from_secs(10))
+        .await;
+    let mut commands = client.js.get_stream("TIMER_COMMANDS").await.unwrap();
+    let info = commands.info().await.unwrap();
+    assert_eq!(
+        info.config.retention,
+        stream::RetentionPolicy::Limits,
+        "left as created"
+    );
+    assert_eq!(info.config.max_age, Duration::from_secs(3600));
+    daemon.shutdown().await.unwrap();
+}
