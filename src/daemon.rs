@@ -147,10 +147,10 @@ impl Daemon {
             let _ = self.supervisor_done.await;
         })
         .await;
-        if let Err(e) = self.client.flush().await {
-            tracing::warn!(error = %e, "could not flush the broker connection");
+        // Draining flushes what is buffered (the last acks and events) before closing.
+        if let Err(e) = self.client.drain().await {
+            tracing::warn!(error = %e, "could not drain the broker connection");
         }
-        let _ = self.client.drain().await;
         match stopped {
             Ok(()) => {
                 tracing::info!("timer-service stopped");

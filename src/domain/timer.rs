@@ -1,6 +1,7 @@
 //! `TimerEntry`: one stored timer, and the rules that decide what a batch of commands writes.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::str::FromStr;
 
@@ -112,10 +113,14 @@ impl TimerEntry {
 pub fn newest_per_key(entries: Vec<TimerEntry>) -> Vec<TimerEntry> {
     let mut newest: HashMap<TimerKey, TimerEntry> = HashMap::with_capacity(entries.len());
     for entry in entries {
-        match newest.get(&entry.key()) {
-            Some(kept) if kept.command_seq >= entry.command_seq => {}
-            _ => {
-                newest.insert(entry.key(), entry);
+        match newest.entry(entry.key()) {
+            Entry::Occupied(mut kept) => {
+                if kept.get().command_seq < entry.command_seq {
+                    kept.insert(entry);
+                }
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(entry);
             }
         }
     }
