@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --example schedule -- --tenant acme --in-secs 3
 //! cargo run --release --example schedule -- --count 300 --in-secs 5 --spread-ms 3000
+//! cargo run --example schedule -- --count 4 --cancel   # cancel every other one, then look one up
 //! ```
 //!
 //! It speaks the wire contract with plain JSON, so it can be copied into any project that has
@@ -33,6 +34,38 @@ struct Args {
     /// Spread the timers' dueAt evenly over this many milliseconds.
     #[arg(long, default_value_t = 0)]
     spread_ms: u64,
+    /// Cancel every other timer through the query API right after scheduling, look one up, and
+    /// show that only the others fire.
+    #[arg(long)]
+    cancel: bool,
+}
+
+/// A request to the query and cancel API (`timer.api.<verb>.<tenantId>`); an error reply
+/// carries its code and reason in the micro protocol's headers.
+async fn api(
+    client: &async_nats::Client,
+    verb: &str,
+    tenant: &str,
+    body: Value,
+) -> Result<Value, Box<dyn std::error::Error>> {
+    let reply = client
+        .request(
+            format!("timer.api.{verb}.{tenant}"),
+            serde_json::to_vec(&body)?.into(),
+        )
+        .await?;
+    if let Some(code) = reply
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Service-Error-Code"))
+    {
+        return Err(format!(
+            "{verb}: error {code}: {}",
+            String::from_utf8_lossy(&reply.payload)
+        )
+        .into());
+    }
+    Ok(serde_json::from_slice(&reply.payload)?)
 }
 
 #[tokio::main]
@@ -88,10 +121,43 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         first_due.to_rfc3339_opts(SecondsFormat::Millis, true)
     );
 
+    // Cancel every other timer: the API answers once the cancel is applied.
+    let mut cancelled = std::collections::HashSet::new();
+    if args.cancel {
+        for i in (0..args.count).step_by(2) {
+            let id = format!("example-{run}-{i}");
+            let reply = api(
+                &client,
+                "cancel",
+                &args.tenant,
+                json!({ "serviceCallId": id }),
+            )
+            .await?;
+            println!("cancel {id}: {}", reply["outcome"]);
+            cancelled.insert(id);
+        }
+        let looked_up = format!("example-{run}-0");
+        let reply = api(
+            &client,
+            "get",
+            &args.tenant,
+            json!({ "serviceCallId": looked_up }),
+        )
+        .await?;
+        println!(
+            "get {looked_up}: {}",
+            serde_json::to_string_pretty(&reply["timer"])?
+        );
+    }
+    let expected = args.count - cancelled.len();
+    let last_due = first_due + chrono::Duration::milliseconds(args.spread_ms as i64);
+
     let mut lateness_ms = Vec::with_capacity(args.count);
     let deadline = tokio::time::Instant::now()
         + Duration::from_secs_f64(args.in_secs.max(0.0) + args.spread_ms as f64 / 1000.0 + 30.0);
-    while lateness_ms.len() < args.count {
+    // With cancels, listen until a second past the last dueAt, to see that none of them fires.
+    let quiet_after = last_due + chrono::Duration::seconds(1);
+    while lateness_ms.len() < expected || (args.cancel && Utc::now() < quiet_after) {
         tokio::select! {
             Some(message) = events.next() => {
                 let received = Utc::now();
@@ -100,6 +166,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let Some(id) = payload["serviceCallId"].as_str() else { continue };
                 if !id.starts_with(&format!("example-{run}-")) {
                     continue; // someone else's timer
+                }
+                if cancelled.contains(id) {
+                    println!("cancelled timer {id} fired!");
+                    continue;
                 }
                 let due: DateTime<Utc> = payload["dueAt"].as_str().unwrap_or_default().parse()?;
                 let late = (received - due).num_microseconds().unwrap_or(0) as f64 / 1000.0;
@@ -112,11 +182,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some(message) = rejections.next() => {
                 println!("rejected: {}", String::from_utf8_lossy(&message.payload));
             }
+            _ = tokio::time::sleep(Duration::from_millis(100)), if lateness_ms.len() >= expected => {}
             _ = tokio::time::sleep_until(deadline) => {
-                eprintln!("gave up: {} of {} timers fired", lateness_ms.len(), args.count);
+                eprintln!("gave up: {} of {} timers fired", lateness_ms.len(), expected);
                 break;
             }
         }
+    }
+    if args.cancel {
+        println!(
+            "{} timers fired; none of the {} cancelled ones did",
+            lateness_ms.len(),
+            cancelled.len()
+        );
     }
     if lateness_ms.len() > 1 {
         lateness_ms.sort_by(f64::total_cmp);

@@ -8,15 +8,24 @@ use std::time::Duration;
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorRef};
 
+use crate::actors::api_responder::ApiResponderArgs;
+use crate::actors::checkpointer::CheckpointerArgs;
 use crate::actors::command_handler::CommandHandlerArgs;
+use crate::actors::gauges::GaugesArgs;
+use crate::actors::http::HttpArgs;
+use crate::actors::janitor::JanitorArgs;
 use crate::actors::persistence::PersistenceArgs;
 use crate::actors::poller::PollerArgs;
 use crate::actors::{
-    ActorKind, PersistenceClient, Registry, Supervisor, SupervisorArgs, SupervisorMsg,
+    ApiResponder, Checkpointer, ChildSpec, CommandHandler, Gauges, Http, Janitor, Persistence,
+    PersistenceClient, Poller, Registry, Supervisor, SupervisorArgs, SupervisorMsg,
 };
 use crate::config::Config;
-use crate::nats::{self, JetStreamCommandSourceFactory, NatsEventBus};
-use crate::persistence;
+use crate::health::{Health, Status};
+use crate::nats::{
+    self, JetStreamCommandPublisher, JetStreamCommandSourceFactory, NatsApiServer, NatsEventBus,
+};
+use crate::persistence::{self, Claimant};
 use crate::ports::{Clock, SystemClock};
 
 /// How long a graceful shutdown may take before the daemon gives up waiting.
@@ -29,11 +38,8 @@ pub enum DaemonError {
         path: String,
         source: sea_orm::DbErr,
     },
-    #[error("broker URL {url:?} is unusable: {source}")]
-    BrokerUrl {
-        url: String,
-        source: async_nats::ConnectError,
-    },
+    #[error(transparent)]
+    Broker(#[from] nats::ConnectError),
     #[error("cannot start the actors: {0}")]
     Start(String),
     #[error("stopped: {0}")]
@@ -51,6 +57,8 @@ pub struct Daemon {
     exit: Arc<Mutex<Option<String>>>,
     client: async_nats::Client,
     registry: Registry,
+    health: Health,
+    actor_names: Vec<&'static str>,
 }
 
 impl Daemon {
@@ -64,52 +72,103 @@ impl Daemon {
         config: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Daemon, DaemonError> {
-        tracing::info!(db_path = %config.db_path.display(), broker_url = %config.broker_url,
-            "timer-service starting");
-        persistence::db::migrate(&config.db_path, &config.sqlite)
+        let database = config.database();
+        tracing::info!(name = %config.name, database = %database.describe(),
+            broker_url = %config.broker_url, "timer-service starting");
+        persistence::db::migrate(&database)
             .await
             .map_err(|source| DaemonError::Database {
-                path: config.db_path.display().to_string(),
+                path: database.describe(),
                 source,
             })?;
-        let client =
-            nats::connect(&config.broker_url)
-                .await
-                .map_err(|source| DaemonError::BrokerUrl {
-                    url: config.broker_url.clone(),
-                    source,
-                })?;
+        let metrics = crate::telemetry::install(&config.name);
+        let health = Health::new();
+        let client = nats::connect(
+            &config.broker_url,
+            &config.nats,
+            &config.name,
+            health.clone(),
+        )
+        .await?;
         let js = nats::jetstream_context(client.clone());
-        let bus = Arc::new(NatsEventBus::new(js.clone(), config.broker.clone()));
-        let registry = Registry::new();
+        let names = config.broker_names();
+        let subjects = config.subjects();
+        let bus = Arc::new(NatsEventBus::new(js.clone(), names.clone()));
+        let registry = Registry::new(&config.name);
         let exit = Arc::new(Mutex::new(None));
-        let args = SupervisorArgs {
-            registry: registry.clone(),
-            settings: config.supervisor.clone(),
-            persistence: PersistenceArgs {
-                db_path: config.db_path.clone(),
-                sqlite: config.sqlite.clone(),
-            },
-            poller: PollerArgs {
+        // The children, in start order: Persistence first, since the others call it.
+        let mut children = vec![
+            ChildSpec::of::<Persistence>(PersistenceArgs {
+                database: database.clone(),
+                health: health.clone(),
+                claimant: Claimant {
+                    name: config.name.clone(),
+                    lease: config.claim_lease,
+                },
+            }),
+            ChildSpec::of::<Poller>(PollerArgs {
                 registry: registry.clone(),
                 bus: bus.clone(),
                 clock: clock.clone(),
-                subjects: config.broker.subjects.clone(),
+                subjects: subjects.clone(),
                 batch_size: config.batch_size,
                 polling_interval: config.polling_interval,
-            },
-            command_handler: CommandHandlerArgs {
+            }),
+            ChildSpec::of::<CommandHandler>(CommandHandlerArgs {
                 registry: registry.clone(),
                 source: Arc::new(JetStreamCommandSourceFactory::new(
-                    js,
-                    config.broker.clone(),
+                    js.clone(),
+                    names.clone(),
                 )),
                 bus,
-                clock,
-                subjects: config.broker.subjects.clone(),
+                clock: clock.clone(),
+                subjects: subjects.clone(),
                 batch_size: config.batch_size,
                 max_command_bytes: config.max_command_bytes,
-            },
+            }),
+            ChildSpec::of::<ApiResponder>(ApiResponderArgs {
+                registry: registry.clone(),
+                server: Arc::new(NatsApiServer::new(
+                    client.clone(),
+                    subjects.clone(),
+                    config.name.clone(),
+                )),
+                publisher: Arc::new(JetStreamCommandPublisher::new(js, names)),
+                clock: clock.clone(),
+                subjects,
+            }),
+            ChildSpec::of::<Janitor>(JanitorArgs {
+                registry: registry.clone(),
+                clock,
+                keep_finished: config.retention.keep_finished,
+            }),
+            ChildSpec::of::<Gauges>(GaugesArgs {
+                database: database.clone(),
+            }),
+        ];
+        // WAL checkpoints are SQLite's; second in start order, after Persistence.
+        if let persistence::db::DatabaseTarget::Sqlite { path, settings } = &database {
+            children.insert(
+                1,
+                ChildSpec::of::<Checkpointer>(CheckpointerArgs {
+                    db_path: path.clone(),
+                    sqlite: settings.clone(),
+                }),
+            );
+        }
+        if let Some(listen) = config.http_listen() {
+            children.push(ChildSpec::of::<Http>(HttpArgs {
+                listen,
+                metrics,
+                health: health.clone(),
+            }));
+        }
+        let actor_names = children.iter().map(|c| c.name).collect();
+        let args = SupervisorArgs {
+            registry: registry.clone(),
+            settings: config.supervisor.clone(),
+            health: health.clone(),
+            children,
             exit: exit.clone(),
         };
         let (supervisor, supervisor_done) =
@@ -123,6 +182,8 @@ impl Daemon {
             exit,
             client,
             registry,
+            health,
+            actor_names,
         })
     }
 
@@ -160,17 +221,26 @@ impl Daemon {
         }
     }
 
-    /// Makes one actor fail as a crash would. For drills and tests of supervision.
-    pub fn inject_fault(&self, kind: ActorKind) {
-        let _ = self.supervisor.cast(SupervisorMsg::InjectFault(
-            kind,
-            format!("fault injected into {kind}"),
-        ));
+    /// Kills one actor as a crash would. For drills and tests of supervision.
+    pub fn inject_fault(&self, actor: &str) {
+        let _ = self
+            .supervisor
+            .cast(SupervisorMsg::InjectFault(actor.to_owned()));
     }
 
-    /// The id of the running `kind` actor, if one is running: a new id after a restart.
-    pub fn actor_id(&self, kind: ActorKind) -> Option<ractor::ActorId> {
-        ractor::registry::where_is(self.registry.name(kind)).map(|cell| cell.get_id())
+    /// The id of the running `actor`, if it runs: a new id after a restart.
+    pub fn actor_id(&self, actor: &str) -> Option<ractor::ActorId> {
+        ractor::registry::where_is(self.registry.name(actor)).map(|cell| cell.get_id())
+    }
+
+    /// The names of the Supervisor's children, in start order.
+    pub fn actor_names(&self) -> &[&'static str] {
+        &self.actor_names
+    }
+
+    /// The daemon's health as it sees it: broker, database, actors.
+    pub fn health(&self) -> Status {
+        self.health.status()
     }
 
     /// Read access to the stored timers through the Persistence actor.

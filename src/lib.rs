@@ -13,18 +13,25 @@
 //! - [`persistence`]: the SQLite store (SeaORM), the only code that touches the database.
 //! - [`actors`]: Supervisor, Persistence, Checkpointer, CommandHandler and Poller (ractor).
 //! - [`backoff`]: the retry delays.
+//! - [`health`]: what the daemon knows of its own health (broker, database, actors).
+//! - [`telemetry`]: metric names, the Prometheus recorder, and log formats.
 //! - [`config`]: `config.toml` + `TIMER_*` environment overrides.
+//! - [`client`]: a client of the public contract; [`cli`]: the `timer-service timers` commands.
 //! - [`daemon`]: wiring it all together; [`run`] is what `main` calls.
 
 pub mod actors;
 pub mod backoff;
+pub mod cli;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod domain;
+pub mod health;
 pub mod nats;
 pub mod persistence;
 pub mod ports;
+pub mod telemetry;
 
-pub use actors::ActorKind;
+pub use actors::NamedActor;
 pub use config::Config;
 pub use daemon::{Daemon, DaemonError, run};

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use timer_service::Config;
-use tracing_subscriber::EnvFilter;
+use timer_service::cli::{self, TimersArgs};
+use timer_service::config::LogFormat;
+use timer_service::{Config, telemetry};
 
 /// The daemon allocates and frees many small buffers per batch (JSON, SQL values, broker
 /// messages); mimalloc handles that churn markedly faster than the system allocator.
@@ -15,7 +16,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(
     version,
-    about = "Durable timer daemon: ScheduleTimer in over NATS JetStream, DueTimeReached out at dueAt."
+    about = "Durable timer daemon: ScheduleTimer in over NATS JetStream, DueTimeReached out at dueAt.",
+    long_about = "Durable timer daemon: ScheduleTimer in over NATS JetStream, DueTimeReached out at \
+dueAt.\n\nWithout a command it runs the daemon. `timers` talks to a running service as a client."
 )]
 struct Cli {
     /// Configuration file; a missing file means defaults. Environment variables override it.
@@ -27,43 +30,55 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the daemon (the default).
+    /// Run the daemon (the default): store timers, fire them, answer the query API.
     Run,
     /// Create or update the database schema, then exit.
     Migrate,
+    /// Schedule, look up, list, cancel and count timers of a running service (over NATS).
+    Timers(Box<TimersArgs>),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_target(false)
-        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(Command::Timers(args)) = cli.command {
+        return match runtime.block_on(cli::run(*args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let config = match Config::load(&cli.config) {
         Ok(config) => config,
         Err(e) => {
+            // The log format is a setting too: this one error goes out as text.
+            telemetry::init_logs(LogFormat::Text);
             tracing::error!(error = %e, "invalid configuration");
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the async runtime");
-            return ExitCode::FAILURE;
-        }
-    };
+    telemetry::init_logs(config.log.format);
     let result = runtime.block_on(async {
         match cli.command.unwrap_or(Command::Run) {
             Command::Run => timer_service::run(config, shutdown_signal())
                 .await
                 .map_err(anyhow::Error::from),
-            Command::Migrate => timer_service::persistence::db::migrate(&config.db_path, &config.sqlite)
-                .await
-                .map(|()| tracing::info!(db_path = %config.db_path.display(), "database schema is up to date"))
-                .map_err(anyhow::Error::from),
+            Command::Migrate => {
+                let database = config.database();
+                timer_service::persistence::db::migrate(&database)
+                    .await
+                    .map(|()| tracing::info!(database = %database.describe(), "database schema is up to date"))
+                    .map_err(anyhow::Error::from)
+            }
+            Command::Timers(_) => Ok(()),
         }
     });
     match result {
@@ -88,5 +103,15 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => tracing::info!(signal = "SIGTERM", "stop requested"),
         _ = int.recv() => tracing::info!(signal = "SIGINT", "stop requested"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
     }
 }

@@ -3,36 +3,12 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use chrono::Utc;
 use common::{DaemonProcess, NatsServer, Scratch, TestClient, config, eventually};
-use timer_service::{ActorKind, Daemon};
-
-fn millis(t: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
-    Utc.timestamp_millis_opt(t.timestamp_millis()).unwrap()
-}
-
-/// Asserts every `ids` timer of `tenant` fired at least once and none before its `dueAt`.
-async fn assert_all_fired(client: &TestClient, tenant: &str, ids: &[String], timeout: Duration) {
-    let filter = format!("timer.evt.due.{tenant}");
-    let events = eventually(timeout, "every timer to fire", || async {
-        let events = client.events(&filter).await;
-        let fired: HashSet<&str> = events.iter().map(|e| e.service_call_id()).collect();
-        ids.iter()
-            .all(|id| fired.contains(id.as_str()))
-            .then_some(events.clone())
-    })
-    .await;
-    for event in events {
-        assert!(
-            event.stored_at >= event.due_at(),
-            "{} fired before dueAt",
-            event.service_call_id()
-        );
-    }
-}
+use timer_service::Daemon;
+use timer_service::actors::{NamedActor, Poller};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_sent_while_the_daemon_is_stopped_fire_after_it_starts() {
@@ -50,7 +26,9 @@ async fn commands_sent_while_the_daemon_is_stopped_fire_after_it_starts() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await; // they are overdue when the daemon returns
     let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
-    assert_all_fired(&client, "acme", &ids, Duration::from_secs(15)).await;
+    client
+        .await_all_fired("acme", &ids, Duration::from_secs(15))
+        .await;
     daemon.shutdown().await.unwrap();
 }
 
@@ -70,7 +48,7 @@ async fn sigkill_while_timers_are_due_loses_none() {
             .schedule(
                 "acme",
                 id,
-                millis(start + chrono::Duration::milliseconds(5 * i as i64)),
+                common::millis(start + chrono::Duration::milliseconds(5 * i as i64)),
                 None,
             )
             .await;
@@ -89,7 +67,9 @@ async fn sigkill_while_timers_are_due_loses_none() {
     );
 
     let process = DaemonProcess::start(&server, &scratch);
-    assert_all_fired(&client, "acme", &ids, Duration::from_secs(20)).await;
+    client
+        .await_all_fired("acme", &ids, Duration::from_secs(20))
+        .await;
     process.signal(libc::SIGTERM);
     assert!(process.wait_exit(Duration::from_secs(10)).await.success());
 }
@@ -102,7 +82,7 @@ async fn sigterm_exits_zero_and_loses_nothing() {
     let process = DaemonProcess::start(&server, &scratch);
     client.wait_for_command_stream().await;
 
-    let due_at = millis(Utc::now() + chrono::Duration::milliseconds(3000));
+    let due_at = common::millis(Utc::now() + chrono::Duration::milliseconds(3000));
     let ids: Vec<String> = (0..300).map(|i| format!("t-{i}")).collect();
     for id in &ids {
         client.schedule("acme", id, due_at, None).await;
@@ -119,7 +99,9 @@ async fn sigterm_exits_zero_and_loses_nothing() {
     );
 
     let process = DaemonProcess::start(&server, &scratch);
-    assert_all_fired(&client, "acme", &ids, Duration::from_secs(15)).await;
+    client
+        .await_all_fired("acme", &ids, Duration::from_secs(15))
+        .await;
     process.signal(libc::SIGINT);
     assert!(process.wait_exit(Duration::from_secs(10)).await.success());
 }
@@ -154,13 +136,12 @@ async fn a_broker_outage_is_survived_and_caught_up() {
     .await;
     server.kill();
     tokio::time::sleep(Duration::from_millis(1500)).await; // the outage: timers fall due meanwhile
-    assert!(
-        daemon.actor_id(ActorKind::Poller).is_some(),
-        "daemon still up"
-    );
+    assert!(daemon.actor_id(Poller::NAME).is_some(), "daemon still up");
     server.restart();
 
-    assert_all_fired(&client, "acme", &ids, Duration::from_secs(20)).await;
+    client
+        .await_all_fired("acme", &ids, Duration::from_secs(20))
+        .await;
     // And new commands flow again.
     let after = Utc::now() + chrono::Duration::milliseconds(300);
     client.schedule("acme", "after-outage", after, None).await;
@@ -200,7 +181,7 @@ async fn a_republished_firing_is_dropped_by_the_broker() {
         .await;
 
     // What a crash right after the PubAck leaves behind: the row still Scheduled.
-    let db = timer_service::persistence::db::connect(&scratch.db_path(), &Default::default())
+    let db = timer_service::persistence::db::connect(&scratch.database(), 1)
         .await
         .unwrap();
     sea_orm::ConnectionTrait::execute_unprepared(
@@ -217,52 +198,12 @@ async fn a_republished_firing_is_dropped_by_the_broker() {
         1,
         "the broker kept one copy"
     );
-    let row = daemon
-        .persistence()
-        .get("acme", "twice")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(row.state, timer_service::domain::TimerState::Reached);
-    daemon.shutdown().await.unwrap();
-}
-
-/// Streams an operator created first, with settings of their own, are used as they are.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streams_created_by_an_operator_are_used_as_they_are() {
-    use async_nats::jetstream::stream;
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let client = TestClient::connect(&server).await;
-    for (name, subject) in [
-        ("TIMER_COMMANDS", "timer.cmd.>"),
-        ("TIMER_EVENTS", "timer.evt.>"),
-    ] {
-        client
-            .js
-            .create_stream(stream::Config {
-                name: name.into(),
-                subjects: vec![subject.into()],
-                max_age: Duration::from_secs(3600),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-    }
-    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
-    client
-        .schedule("acme", "own-streams", Utc::now(), None)
-        .await;
-    client
-        .await_due("acme", "own-streams", Duration::from_secs(10))
-        .await;
-    let mut commands = client.js.get_stream("TIMER_COMMANDS").await.unwrap();
-    let info = commands.info().await.unwrap();
-    assert_eq!(
-        info.config.retention,
-        stream::RetentionPolicy::Limits,
-        "left as created"
-    );
-    assert_eq!(info.config.max_age, Duration::from_secs(3600));
+    common::await_state(
+        &daemon.persistence(),
+        "acme",
+        "twice",
+        timer_service::domain::TimerState::Reached,
+    )
+    .await;
     daemon.shutdown().await.unwrap();
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use timer_service::domain::events::due_message_id;
-use timer_service::domain::{TimerEntry, TimerState};
+use timer_service::domain::{DueTimer, TimerState};
 
 /// Well below the 5 s polling interval the tests run with: firing this soon after `dueAt`
 /// can only come from the exact wake-up.
@@ -72,28 +72,19 @@ async fn fires_at_due_at_with_the_contract_envelope() {
         "2026-11-22T10:00:00.000Z".len()
     );
 
-    let fired = TimerEntry {
+    let fired = DueTimer {
         tenant_id: "acme".into(),
         service_call_id: "sc-7".into(),
         correlation_id: "req-42".into(),
         due_at: expected_due,
-        registered_at: expected_due,
-        reached_at: None,
-        state: TimerState::Scheduled,
-        command_seq: 0,
     };
     assert_eq!(
         event.msg_id.as_deref(),
         Some(due_message_id(&fired).as_str())
     );
 
-    let stored = daemon
-        .persistence()
-        .get("acme", "sc-7")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(stored.state, TimerState::Reached);
+    let stored =
+        common::await_state(&daemon.persistence(), "acme", "sc-7", TimerState::Reached).await;
     assert_eq!(stored.reached_at, Some(reached_at));
     daemon.shutdown().await.unwrap();
 }
@@ -215,6 +206,56 @@ async fn a_steady_stream_of_timers_all_fire() {
                 .as_str()
                 .unwrap()
                 .to_owned(),
+        );
+    }
+    daemon.shutdown().await.unwrap();
+}
+
+/// A `dueAt` finer than a millisecond is rounded up (CONTRACT.md §3), so no timer fires before
+/// the instant its client named, to the nanosecond.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_millisecond_due_at_is_rounded_up_and_never_fires_early() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    let base = Utc::now() + chrono::Duration::milliseconds(800);
+    let base = Utc.timestamp_millis_opt(base.timestamp_millis()).unwrap();
+    let mut given = HashMap::new();
+    for i in 0..50i64 {
+        let due = base + chrono::Duration::microseconds(7_000 * i + 999);
+        let text = due.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let id = format!("fine-{i}");
+        let command = common::schedule_command("acme", &id, &text, None);
+        client
+            .publish_raw(
+                "timer.cmd.schedule.acme",
+                serde_json::to_vec(&command).unwrap(),
+            )
+            .await;
+        given.insert(id, due);
+    }
+    let ids: Vec<String> = given.keys().cloned().collect();
+    let events = client
+        .await_all_fired("acme", &ids, Duration::from_secs(15))
+        .await;
+    for event in events {
+        let due = given[event.service_call_id()];
+        let rounded = Utc
+            .timestamp_millis_opt(due.timestamp_millis() + 1)
+            .unwrap();
+        assert_eq!(
+            event.due_at(),
+            rounded,
+            "dueAt rounded up to the millisecond"
+        );
+        let reached: chrono::DateTime<Utc> = event.envelope["payload"]["reachedAt"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(reached >= due, "reachedAt {reached} before {due}");
+        assert!(
+            event.stored_at >= due,
+            "stored {} before {due}",
+            event.stored_at
         );
     }
     daemon.shutdown().await.unwrap();

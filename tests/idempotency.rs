@@ -5,12 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
-use timer_service::domain::{TimerEntry, TimerState};
-
-fn millis(t: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
-    Utc.timestamp_millis_opt(t.timestamp_millis()).unwrap()
-}
+use chrono::Utc;
+use timer_service::domain::TimerState;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicated_command_fires_once() {
@@ -31,7 +27,7 @@ async fn a_duplicated_command_fires_once() {
 async fn a_reschedule_before_due_fires_only_at_the_new_time() {
     let (_server, _scratch, daemon, client) = common::started().await;
     let first = Utc::now() + chrono::Duration::milliseconds(1500);
-    let second = millis(first + chrono::Duration::milliseconds(1500));
+    let second = common::millis(first + chrono::Duration::milliseconds(1500));
     client.schedule("acme", "moved", first, Some("v1")).await;
     client.schedule("acme", "moved", second, Some("v2")).await;
 
@@ -69,13 +65,7 @@ async fn a_command_after_the_timer_fired_is_ignored() {
     client.await_due("acme", id, Duration::from_secs(10)).await;
 
     assert_eq!(client.count_due("acme", "done").await, 1);
-    let stored = daemon
-        .persistence()
-        .get("acme", "done")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(stored.state, TimerState::Reached);
+    common::await_state(&daemon.persistence(), "acme", "done", TimerState::Reached).await;
     daemon.shutdown().await.unwrap();
 }
 
@@ -85,29 +75,23 @@ async fn a_command_after_the_timer_fired_is_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_command_applied_after_a_newer_one_has_no_effect() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    let newer_due = millis(Utc::now() + chrono::Duration::milliseconds(1500));
-    let older_due = millis(Utc::now() + chrono::Duration::milliseconds(200));
-    let entry = |seq: u64, due_at, correlation: &str| TimerEntry {
-        tenant_id: "acme".into(),
-        service_call_id: "ordered".into(),
+    let newer_due = common::millis(Utc::now() + chrono::Duration::milliseconds(1500));
+    let older_due = common::millis(Utc::now() + chrono::Duration::milliseconds(200));
+    let entry = |seq: u64, due_at, correlation: &str| timer_service::domain::Command {
         correlation_id: correlation.into(),
-        due_at,
-        registered_at: Utc::now(),
-        reached_at: None,
-        state: TimerState::Scheduled,
-        command_seq: seq,
+        ..common::schedule_at("acme", "ordered", seq, due_at)
     };
     let persistence = daemon.persistence();
     assert_eq!(
         persistence
-            .upsert(vec![entry(10, newer_due, "newer")])
+            .apply(vec![entry(10, newer_due, "newer")])
             .await
             .unwrap(),
         1
     );
     assert_eq!(
         persistence
-            .upsert(vec![entry(3, older_due, "older")])
+            .apply(vec![entry(3, older_due, "older")])
             .await
             .unwrap(),
         0

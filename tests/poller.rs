@@ -10,27 +10,26 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use common::eventually;
 use ractor::Actor;
-use timer_service::ActorKind;
 use timer_service::actors::Registry;
-use timer_service::actors::persistence::{Persistence, PersistenceArgs};
+use timer_service::actors::persistence::PersistenceArgs;
 use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg};
-use timer_service::domain::{Subjects, TimerEntry, TimerState};
-use timer_service::persistence::SqliteSettings;
+use timer_service::actors::{NamedActor, Persistence};
+use timer_service::domain::{Subjects, TimerState};
 use timer_service::persistence::db::migrate;
 use timer_service::ports::{InMemoryEventBus, ManualClock};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let db_path = dir.path().join("timers.db");
-    migrate(&db_path, &SqliteSettings::default()).await.unwrap();
-    let registry = Registry::new();
+    let scratch = common::Scratch::new();
+    migrate(&scratch.database()).await.unwrap();
+    let registry = Registry::new("poller-test");
     let (persistence_ref, _) = Actor::spawn(
-        Some(registry.name(ActorKind::Persistence)),
+        Some(registry.name(Persistence::NAME)),
         Persistence,
         PersistenceArgs {
-            db_path,
-            sqlite: SqliteSettings::default(),
+            database: scratch.database(),
+            health: Default::default(),
+            claimant: common::claimant(),
         },
     )
     .await
@@ -39,21 +38,11 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     let t0 = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
     let clock = Arc::new(ManualClock::new(t0));
     let bus = Arc::new(InMemoryEventBus::new());
-    let entry = |id: &str, due| TimerEntry {
-        tenant_id: "acme".into(),
-        service_call_id: id.into(),
-        correlation_id: "c".into(),
-        due_at: due,
-        registered_at: t0,
-        reached_at: None,
-        state: TimerState::Scheduled,
-        command_seq: 1,
-    };
     let persistence = registry.persistence();
     persistence
-        .upsert(vec![
-            entry("past", t0 - chrono::Duration::seconds(1)),
-            entry("future", t0 + chrono::Duration::seconds(10)),
+        .apply(vec![
+            common::schedule_at("acme", "past", 1, t0 - chrono::Duration::seconds(1)),
+            common::schedule_at("acme", "future", 2, t0 + chrono::Duration::seconds(10)),
         ])
         .await
         .unwrap();
@@ -106,7 +95,7 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     .await;
     assert_eq!(bus.published().len(), 1);
     let still_due = persistence
-        .find_due(clock_now(&clock), None, 10)
+        .claim_due(clock_now(&clock), None, 10)
         .await
         .unwrap();
     assert_eq!(still_due.timers.len(), 1, "a refused timer stays Scheduled");

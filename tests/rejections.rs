@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::Utc;
 use common::{eventually, schedule_command};
 use serde_json::json;
-use timer_service::ActorKind;
+use timer_service::actors::{CommandHandler, NamedActor};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
@@ -118,6 +118,21 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
             "timer.cmd.cancel.acme",
             with(&|_| {}),
             "acme",
+            "expected \"CancelTimer\"",
+        ),
+        (
+            "timer.cmd.cancel.acme",
+            with(&|c| {
+                c["type"] = json!("CancelTimer");
+                c["payload"] = json!({"tenantId": "acme"});
+            }),
+            "acme",
+            "invalid CancelTimer payload",
+        ),
+        (
+            "timer.cmd.pause.acme",
+            with(&|_| {}),
+            "acme",
             "unknown command subject",
         ),
         (
@@ -183,6 +198,6 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
         || async { (client.commands_outstanding().await == 0).then_some(()) },
     )
     .await;
-    assert!(daemon.actor_id(ActorKind::CommandHandler).is_some());
+    assert!(daemon.actor_id(CommandHandler::NAME).is_some());
     daemon.shutdown().await.unwrap();
 }

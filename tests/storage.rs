@@ -1,100 +1,114 @@
-//! Storage: the schema, the upsert rules in SQL, tenant scoping, and the polling query's plan —
-//! on a real SQLite file with the real migrations.
+//! Storage: the schema and its migrations, the rules of CONTRACT.md §3 in SQL, claims for
+//! firing, the query API's reads, tenant scoping and the query plans — on a real SQLite file
+//! with the real migrations.
+
+mod common;
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, TimeZone, Utc};
+use common::{Scratch, cancel_at, claimant, schedule_at};
 use proptest::prelude::*;
 use sea_orm::{ConnectionTrait, Statement};
+use timer_service::domain::api::{ListCursor, ListFilter};
 use timer_service::domain::timer::apply_command;
-use timer_service::domain::{TimerEntry, TimerState};
-use timer_service::persistence::db::{connect, migrate};
-use timer_service::persistence::{SqliteSettings, Store};
+use timer_service::domain::{CancelOutcome, Command, Timer, TimerState};
+use timer_service::persistence::db::{DatabaseTarget, connect, migrate};
+use timer_service::persistence::{Claimant, Store};
 
-async fn store() -> (tempfile::TempDir, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("timers.db");
-    migrate(&path, &SqliteSettings::default()).await.unwrap();
-    let store = Store::open(&path, &SqliteSettings::default())
-        .await
-        .unwrap();
-    (dir, store)
+/// A migrated database of the test's own (SQLite, or PostgreSQL in a PostgreSQL run).
+async fn store() -> (Scratch, Store) {
+    let scratch = Scratch::new();
+    migrate(&scratch.database()).await.unwrap();
+    let store = Store::open(&scratch.database()).await.unwrap();
+    (scratch, store)
 }
 
 fn at(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
 }
 
-fn entry(tenant: &str, id: &str, seq: u64, due: i64) -> TimerEntry {
-    TimerEntry {
-        tenant_id: tenant.into(),
-        service_call_id: id.into(),
-        correlation_id: format!("corr-{seq}"),
-        due_at: at(due),
-        registered_at: at(0),
-        reached_at: None,
-        state: TimerState::Scheduled,
-        command_seq: seq,
-    }
+fn schedule(tenant: &str, id: &str, seq: u64, due: i64) -> Command {
+    schedule_at(tenant, id, seq, at(due))
 }
 
+fn cancel(tenant: &str, id: &str, seq: u64, now: i64) -> Command {
+    cancel_at(tenant, id, seq, at(now))
+}
+
+/// Every query shape the service runs on large tables is an index range: no table scan, no
+/// sort. The service never runs `ANALYZE`, so SQLite plans without statistics and the plan on
+/// this small table is the plan at ten million rows.
 #[tokio::test]
-async fn the_polling_query_is_served_by_the_pending_index() {
+async fn every_query_is_served_by_an_index() {
     let (_dir, store) = store().await;
-    let rows: Vec<TimerEntry> = (0..2000)
-        .map(|i| entry("acme", &format!("c{i}"), i, i as i64))
+    let rows: Vec<Command> = (0..2000)
+        .map(|i| schedule(&format!("t{}", i % 7), &format!("c{i}"), i, i as i64))
         .collect();
-    store.upsert(&rows).await.unwrap();
-    store.mark_reached(&rows[..1000], at(5000)).await.unwrap();
-    let plan = store.explain_due_query().await.unwrap().join("\n");
-    eprintln!("PLAN: {plan}");
-    assert!(
-        plan.contains("USING INDEX idx_timer_schedules_pending"),
-        "plan: {plan}"
-    );
-    assert!(
-        !plan.contains("SCAN timer_schedules\n") && plan != "SCAN timer_schedules",
-        "plan: {plan}"
-    );
-    assert!(
-        !plan.contains("TEMP B-TREE"),
-        "sorted by the index, not afterwards: {plan}"
-    );
+    store.apply(&rows).await.unwrap();
+    let plans = store.explain_queries().await.unwrap();
+    assert!(plans.len() >= 8, "{plans:?}");
+    for (name, plan) in plans {
+        eprintln!("{name}: {plan}");
+        // SQLite: "SEARCH … USING INDEX", never "SCAN" or a temp b-tree for ORDER BY.
+        // PostgreSQL: "Index (Only) Scan using …", never "Seq Scan" or a "Sort" node.
+        let indexed = plan.contains("USING INDEX")
+            || plan.contains("USING COVERING INDEX")
+            || plan.contains("Index Scan using")
+            || plan.contains("Index Only Scan using");
+        assert!(indexed, "{name}: {plan}");
+        assert!(
+            !plan.contains("SCAN timer_schedules") && !plan.contains("Seq Scan"),
+            "{name} scans: {plan}"
+        );
+        assert!(
+            !plan.contains("TEMP B-TREE") && !plan.contains("Sort"),
+            "{name} sorts: {plan}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn reads_are_scoped_by_tenant() {
     let (_dir, store) = store().await;
     store
-        .upsert(&[
-            entry("acme", "same-id", 1, 10),
-            entry("globex", "same-id", 2, 20),
+        .apply(&[
+            schedule("acme", "same-id", 1, 10),
+            schedule("globex", "same-id", 2, 20),
         ])
         .await
         .unwrap();
     let acme = store.get("acme", "same-id").await.unwrap().unwrap();
-    assert_eq!((acme.tenant_id.as_str(), acme.due_at), ("acme", at(10)));
-    let globex = store.get("globex", "same-id").await.unwrap().unwrap();
     assert_eq!(
-        (globex.tenant_id.as_str(), globex.due_at),
-        ("globex", at(20))
+        (acme.tenant_id.as_str(), acme.due_at),
+        ("acme", Some(at(10)))
     );
+    let globex = store.get("globex", "same-id").await.unwrap().unwrap();
+    assert_eq!(globex.due_at, Some(at(20)));
     assert!(store.get("initech", "same-id").await.unwrap().is_none());
-    let listed = store.list_tenant("acme").await.unwrap();
-    assert_eq!(listed.len(), 1);
-    assert!(listed.iter().all(|t| t.tenant_id == "acme"));
+    let listed = store
+        .list("acme", &ListFilter::default(), 100)
+        .await
+        .unwrap();
+    assert_eq!(listed.timers.len(), 1);
+    assert!(listed.timers.iter().all(|t| t.tenant_id == "acme"));
+    assert_eq!(store.stats("initech", at(0)).await.unwrap().scheduled, 0);
 }
 
 #[tokio::test]
-async fn find_due_returns_only_scheduled_timers_due_by_now_earliest_first() {
+async fn claim_due_claims_only_scheduled_timers_due_by_now_earliest_first() {
     let (_dir, store) = store().await;
+    let me = claimant();
     store
-        .upsert(&[
-            entry("a", "late", 1, 300),
-            entry("a", "early", 2, 100),
-            entry("a", "future", 3, 900),
+        .apply(&[
+            schedule("a", "late", 1, 300),
+            schedule("a", "early", 2, 100),
+            schedule("a", "future", 3, 900),
+            cancel("a", "gone", 4, 0),
         ])
         .await
         .unwrap();
-    let due = store.find_due(at(300), None, 10).await.unwrap();
+    let due = store.claim_due(at(300), None, 10, &me).await.unwrap();
     let ids: Vec<&str> = due
         .timers
         .iter()
@@ -105,26 +119,146 @@ async fn find_due_returns_only_scheduled_timers_due_by_now_earliest_first() {
         due.next_due_at, None,
         "timers due: the caller asks again once they are out"
     );
-    let first = store.find_due(at(300), None, 1).await.unwrap();
-    assert_eq!(first.timers.len(), 1);
-    // Resuming after the first one in flight yields the second.
+    let first = store.claim_due(at(300), None, 1, &me).await.unwrap();
+    assert_eq!(
+        first.timers[0].service_call_id, "early",
+        "its own claims are its to resume"
+    );
     let rest = store
-        .find_due(at(300), Some(&first.timers[0].position()), 10)
+        .claim_due(at(300), Some(&first.timers[0].position()), 10, &me)
         .await
         .unwrap();
     assert_eq!(rest.timers.len(), 1);
     assert_eq!(rest.timers[0].service_call_id, "late");
-    store.mark_reached(&due.timers, at(301)).await.unwrap();
-    let nothing_due = store.find_due(at(300), None, 10).await.unwrap();
+    store
+        .mark_reached(&[(due.timers.clone().into(), at(301))])
+        .await
+        .unwrap();
+    let nothing_due = store.claim_due(at(300), None, 10, &me).await.unwrap();
     assert!(nothing_due.timers.is_empty());
     assert_eq!(
         nothing_due.next_due_at,
         Some(at(900)),
         "nothing due: the next wake-up comes along"
     );
+}
+
+/// Another daemon's live claim keeps a timer off this one; a lapsed claim (its daemon died)
+/// does not.
+#[tokio::test]
+async fn a_claim_holds_off_other_daemons_until_it_lapses() {
+    let (_dir, store) = store().await;
+    store.apply(&[schedule("a", "x", 1, 100)]).await.unwrap();
+    let one = claimant();
+    let other = Claimant {
+        name: "other".into(),
+        ..claimant()
+    };
+    assert_eq!(
+        store
+            .claim_due(at(100), None, 10, &one)
+            .await
+            .unwrap()
+            .timers
+            .len(),
+        1
+    );
     assert!(
         store
-            .find_due(at(300), None, 10)
+            .claim_due(at(200), None, 10, &other)
+            .await
+            .unwrap()
+            .timers
+            .is_empty()
+    );
+    let after_lease = at(100) + chrono::Duration::from_std(one.lease).unwrap();
+    let taken_over = store
+        .claim_due(
+            after_lease + chrono::Duration::milliseconds(1),
+            None,
+            10,
+            &other,
+        )
+        .await
+        .unwrap();
+    assert_eq!(taken_over.timers.len(), 1);
+}
+
+#[tokio::test]
+async fn a_timer_rescheduled_while_firing_is_not_marked_reached_and_fires_again() {
+    let (_dir, store) = store().await;
+    store.apply(&[schedule("a", "x", 1, 100)]).await.unwrap();
+    let fired = store
+        .claim_due(at(100), None, 10, &claimant())
+        .await
+        .unwrap()
+        .timers;
+    store.apply(&[schedule("a", "x", 2, 500)]).await.unwrap(); // while the event is in flight
+    assert_eq!(
+        store
+            .mark_reached(&[(fired.clone().into(), at(101))])
+            .await
+            .unwrap(),
+        0
+    );
+    let row = store.get("a", "x").await.unwrap().unwrap();
+    assert_eq!(
+        (row.state, row.due_at),
+        (TimerState::Scheduled, Some(at(500)))
+    );
+    let other = Claimant {
+        name: "other".into(),
+        ..claimant()
+    };
+    let again = store.claim_due(at(500), None, 10, &other).await.unwrap();
+    assert_eq!(
+        again.timers.len(),
+        1,
+        "a reschedule releases the claim on the old dueAt"
+    );
+}
+
+/// A cancel racing the firing is decided by the row: whichever of "picked for firing" (the
+/// claim) and "cancel applied" commits first wins.
+#[tokio::test]
+async fn a_cancel_racing_the_firing_is_decided_by_the_row() {
+    let (_dir, store) = store().await;
+    let me = claimant();
+    store
+        .apply(&[
+            schedule("a", "fired-first", 1, 100),
+            schedule("a", "cancelled-first", 2, 100),
+        ])
+        .await
+        .unwrap();
+
+    // Picked for firing first: the cancel is too late, the timer is marked once published.
+    let picked = store.claim_due(at(100), None, 1, &me).await.unwrap().timers;
+    assert_eq!(picked[0].service_call_id, "cancelled-first");
+    let (outcome, timer) = store
+        .cancel(&cancel("a", "cancelled-first", 3, 101))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CancelOutcome::AlreadyReached);
+    assert_eq!(timer.unwrap().state, TimerState::Scheduled);
+    assert_eq!(
+        store
+            .mark_reached(&[(picked.clone().into(), at(102))])
+            .await
+            .unwrap(),
+        1
+    );
+
+    // Cancelled first: nothing to pick any more.
+    let (outcome, timer) = store
+        .cancel(&cancel("a", "fired-first", 4, 101))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CancelOutcome::Cancelled);
+    assert_eq!(timer.unwrap().state, TimerState::Cancelled);
+    assert!(
+        store
+            .claim_due(at(200), None, 10, &me)
             .await
             .unwrap()
             .timers
@@ -133,104 +267,445 @@ async fn find_due_returns_only_scheduled_timers_due_by_now_earliest_first() {
 }
 
 #[tokio::test]
-async fn a_timer_rescheduled_while_firing_is_not_marked_reached() {
+async fn cancel_outcomes_cover_every_state_and_a_command_applied_twice() {
     let (_dir, store) = store().await;
-    store.upsert(&[entry("a", "x", 1, 100)]).await.unwrap();
-    let fired = store.find_due(at(100), None, 10).await.unwrap().timers;
-    store.upsert(&[entry("a", "x", 2, 500)]).await.unwrap(); // arrives while the event is in flight
-    assert_eq!(store.mark_reached(&fired, at(101)).await.unwrap(), 0);
-    let row = store.get("a", "x").await.unwrap().unwrap();
-    assert_eq!((row.state, row.due_at), (TimerState::Scheduled, at(500)));
+    store
+        .apply(&[
+            schedule("a", "pending", 1, 900),
+            schedule("a", "done", 2, 100),
+        ])
+        .await
+        .unwrap();
+    let fired = store
+        .claim_due(at(100), None, 10, &claimant())
+        .await
+        .unwrap()
+        .timers;
+    store
+        .mark_reached(&[(fired.clone().into(), at(100))])
+        .await
+        .unwrap();
+
+    let cases = [
+        ("pending", 10, CancelOutcome::Cancelled),
+        ("pending", 11, CancelOutcome::AlreadyCancelled),
+        ("done", 12, CancelOutcome::AlreadyReached),
+        ("unknown", 13, CancelOutcome::NotFound),
+        ("unknown", 14, CancelOutcome::AlreadyCancelled),
+    ];
+    for (id, seq, expected) in cases {
+        let command = cancel("a", id, seq, 200);
+        assert_eq!(
+            store.cancel(&command).await.unwrap().0,
+            expected,
+            "{id} #{seq}"
+        );
+        // The CommandHandler meeting the same command later changes nothing, and reading
+        // the outcome again gives the same answer.
+        assert_eq!(
+            store.apply(std::slice::from_ref(&command)).await.unwrap(),
+            0
+        );
+        assert_eq!(
+            store.cancel(&command).await.unwrap().0,
+            expected,
+            "{id} #{seq} again"
+        );
+    }
+    let tombstone = store.get("a", "unknown").await.unwrap().unwrap();
+    assert_eq!(
+        (tombstone.state, tombstone.due_at),
+        (TimerState::Cancelled, None)
+    );
+    // An older ScheduleTimer redelivered after the tombstone creates nothing.
+    store
+        .apply(&[schedule("a", "unknown", 5, 100)])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get("a", "unknown").await.unwrap().unwrap().due_at,
+        None
+    );
+    // A newer one schedules it.
+    store
+        .apply(&[schedule("a", "unknown", 20, 100)])
+        .await
+        .unwrap();
+    let scheduled = store.get("a", "unknown").await.unwrap().unwrap();
+    assert_eq!(
+        (scheduled.state, scheduled.due_at),
+        (TimerState::Scheduled, Some(at(100)))
+    );
+}
+
+/// `list`: `(dueAt, serviceCallId)` order, tombstones first, across states; every filter; a
+/// cursor that walks the whole set page by page without loss or repetition.
+#[tokio::test]
+async fn list_pages_through_every_filter_in_order() {
+    let (_dir, store) = store().await;
+    let mut commands = Vec::new();
+    for i in 0..60u64 {
+        let mut command = schedule("acme", &format!("s{i:02}"), i + 1, (i % 20) as i64 * 10);
+        command.correlation_id = if i % 3 == 0 {
+            "trace-x".into()
+        } else {
+            format!("c{i}")
+        };
+        commands.push(command);
+    }
+    commands.push(cancel("acme", "tomb-a", 100, 0));
+    commands.push(cancel("acme", "tomb-b", 101, 0));
+    commands.push(cancel("acme", "s05", 102, 0));
+    commands.push(schedule("globex", "s01", 103, 0));
+    store.apply(&commands).await.unwrap();
+    let fired = store
+        .claim_due(at(50), None, 1000, &claimant())
+        .await
+        .unwrap()
+        .timers;
+    store
+        .mark_reached(&[(fired.clone().into(), at(51))])
+        .await
+        .unwrap();
+
+    let everything = walk(&store, &ListFilter::default(), 7).await;
+    assert_eq!(everything.len(), 62, "every timer of acme once");
+    assert_eq!(everything[0].service_call_id, "tomb-a");
+    assert_eq!(everything[1].service_call_id, "tomb-b");
+    let keys: Vec<_> = everything
+        .iter()
+        .map(|t| (t.due_at, t.service_call_id.clone()))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(
+        keys, sorted,
+        "(dueAt, serviceCallId) order, tombstones first"
+    );
+
+    let scheduled = walk(
+        &store,
+        &ListFilter {
+            state: Some(TimerState::Scheduled),
+            ..Default::default()
+        },
+        4,
+    )
+    .await;
+    assert!(scheduled.iter().all(|t| t.state == TimerState::Scheduled));
+    let reached = walk(
+        &store,
+        &ListFilter {
+            state: Some(TimerState::Reached),
+            ..Default::default()
+        },
+        4,
+    )
+    .await;
+    let cancelled = walk(
+        &store,
+        &ListFilter {
+            state: Some(TimerState::Cancelled),
+            ..Default::default()
+        },
+        4,
+    )
+    .await;
+    assert_eq!(scheduled.len() + reached.len() + cancelled.len(), 62);
+    assert_eq!(cancelled.len(), 3);
+    let ranged = walk(
+        &store,
+        &ListFilter {
+            due_from: Some(at(30)),
+            due_to: Some(at(60)),
+            ..Default::default()
+        },
+        4,
+    )
+    .await;
+    assert!(!ranged.is_empty());
+    assert!(
+        ranged
+            .iter()
+            .all(|t| t.due_at >= Some(at(30)) && t.due_at < Some(at(60)))
+    );
+    let traced = walk(
+        &store,
+        &ListFilter {
+            correlation_id: Some("trace-x".into()),
+            ..Default::default()
+        },
+        4,
+    )
+    .await;
+    assert_eq!(traced.len(), 20);
+    assert!(traced.iter().all(|t| t.correlation_id == "trace-x"));
+    let traced_reached = walk(
+        &store,
+        &ListFilter {
+            correlation_id: Some("trace-x".into()),
+            state: Some(TimerState::Reached),
+            ..Default::default()
+        },
+        4,
+    )
+    .await;
+    assert!(
+        traced_reached
+            .iter()
+            .all(|t| t.state == TimerState::Reached && t.correlation_id == "trace-x")
+    );
+}
+
+/// Every timer `filter` selects, fetched `page` at a time through the cursor.
+async fn walk(store: &Store, filter: &ListFilter, page: usize) -> Vec<Timer> {
+    let mut all = Vec::new();
+    let mut after: Option<ListCursor> = None;
+    loop {
+        let filter = ListFilter {
+            after: after.clone(),
+            ..filter.clone()
+        };
+        let result = store.list("acme", &filter, page).await.unwrap();
+        assert!(result.timers.len() <= page);
+        all.extend(result.timers);
+        match result.next {
+            Some(next) => after = Some(next),
+            None => return all,
+        }
+    }
+}
+
+#[tokio::test]
+async fn stats_count_pending_and_overdue_timers() {
+    let (_dir, store) = store().await;
+    store
+        .apply(&[
+            schedule("acme", "old", 1, 0),
+            schedule("acme", "recent", 2, 9_500),
+            schedule("acme", "later", 3, 20_000),
+            cancel("acme", "gone", 4, 0),
+        ])
+        .await
+        .unwrap();
+    let stats = store.stats("acme", at(10_000)).await.unwrap();
+    assert_eq!(
+        (stats.scheduled, stats.overdue),
+        (3, 1),
+        "overdue: due more than 1 s ago"
+    );
+    assert_eq!(stats.next_due_at, Some(at(0)));
 }
 
 #[tokio::test]
 async fn the_schema_refuses_bad_rows_and_migrating_twice_is_harmless() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("timers.db");
-    migrate(&path, &SqliteSettings::default()).await.unwrap();
-    migrate(&path, &SqliteSettings::default()).await.unwrap();
-    let db = connect(&path, &SqliteSettings::default()).await.unwrap();
-    let insert = |state: &str, seq: &str| {
+    let scratch = Scratch::new();
+    let target = scratch.database();
+    migrate(&target).await.unwrap();
+    migrate(&target).await.unwrap();
+    let db = connect(&target, 1).await.unwrap();
+    let insert = |id: &str, due: &str, state: &str, seq: &str| {
         Statement::from_string(
             db.get_database_backend(),
             format!(
-                "INSERT INTO timer_schedules VALUES ('t', 'c-{state}-{seq}', 'c', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z', NULL, '{state}', {seq})"
+                "INSERT INTO timer_schedules (tenant_id, service_call_id, correlation_id, due_at, registered_at, state, command_seq)
+                 VALUES ('t', '{id}', 'c', {due}, '2026-01-01T00:00:00.000Z', '{state}', {seq})"
             ),
         )
     };
-    assert!(db.execute_raw(insert("Scheduled", "1")).await.is_ok());
+    let due = "'2026-01-01T00:00:00.000Z'";
     assert!(
-        db.execute_raw(insert("Fired", "1")).await.is_err(),
+        db.execute_raw(insert("ok", due, "Scheduled", "1"))
+            .await
+            .is_ok()
+    );
+    assert!(
+        db.execute_raw(insert("tomb", "NULL", "Cancelled", "1"))
+            .await
+            .is_ok()
+    );
+    assert!(
+        db.execute_raw(insert("f", due, "Fired", "1"))
+            .await
+            .is_err(),
         "state CHECK"
     );
     assert!(
-        db.execute_raw(insert("Scheduled", "'seven'"))
+        db.execute_raw(insert("s", due, "Scheduled", "'seven'"))
             .await
             .is_err(),
-        "STRICT typing"
+        "typed"
     );
-    let journal = db
-        .query_one_raw(Statement::from_string(
-            db.get_database_backend(),
-            "PRAGMA journal_mode",
-        ))
-        .await
-        .unwrap()
-        .unwrap()
-        .try_get_by_index::<String>(0)
-        .unwrap();
-    assert_eq!(journal, "wal");
+    assert!(
+        db.execute_raw(insert("n", "NULL", "Scheduled", "1"))
+            .await
+            .is_err(),
+        "only a Cancelled row may have no dueAt"
+    );
+    if matches!(target, DatabaseTarget::Sqlite { .. }) {
+        let journal = db
+            .query_one_raw(Statement::from_string(
+                db.get_database_backend(),
+                "PRAGMA journal_mode",
+            ))
+            .await
+            .unwrap()
+            .unwrap()
+            .try_get_by_index::<String>(0)
+            .unwrap();
+        assert_eq!(journal, "wal");
+    }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+/// A database written by the previous version (first migration only) is upgraded in place:
+/// its timers keep their fields and still fire.
+#[tokio::test]
+async fn a_database_of_the_previous_schema_is_upgraded_with_its_timers() {
+    use migration::{Migrator, MigratorTrait};
+    let scratch = Scratch::new();
+    let target = scratch.database();
+    migrate(&target).await.unwrap();
+    let db = connect(&target, 1).await.unwrap();
+    Migrator::down(&db, Some(1)).await.unwrap();
+    db.execute_unprepared(
+        "INSERT INTO timer_schedules
+           (tenant_id, service_call_id, correlation_id, due_at, registered_at, reached_at, state, command_seq)
+         VALUES
+           ('acme', 'old-pending', 'corr-1', '2026-01-01T00:00:00.000Z', '2025-12-31T00:00:00.000Z', NULL, 'Scheduled', 7),
+           ('acme', 'old-fired', 'corr-2', '2025-01-01T00:00:00.000Z', '2024-12-31T00:00:00.000Z', '2025-01-01T00:00:00.004Z', 'Reached', 8)",
+    )
+    .await
+    .unwrap();
+    db.close().await.unwrap();
 
-    /// Whatever the order of commands and firings, the SQL upsert keeps the rules of the
-    /// contract, as written once in `apply_command`.
-    #[test]
-    fn sql_upserts_follow_the_contract_rules(
-        steps in prop::collection::vec((0usize..3, 1u64..40, 0i64..50, prop::bool::weighted(0.2)), 1..40)
-    ) {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    migrate(&target).await.unwrap();
+    let store = Store::open(&target).await.unwrap();
+    let fired = store.get("acme", "old-fired").await.unwrap().unwrap();
+    assert_eq!((fired.state, fired.command_seq), (TimerState::Reached, 8));
+    let due = store
+        .claim_due(Utc::now(), None, 10, &claimant())
+        .await
+        .unwrap();
+    assert_eq!(due.timers.len(), 1);
+    assert_eq!(due.timers[0].service_call_id, "old-pending");
+    assert_eq!(due.timers[0].correlation_id, "corr-1");
+}
+
+/// One step of the property test: a command for key `k<key>`, or a firing round.
+#[derive(Debug, Clone)]
+enum Step {
+    Schedule { key: usize, seq: u64, due: i64 },
+    Cancel { key: usize, seq: u64 },
+    Fire,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0usize..3, 1u64..40, 0i64..50).prop_map(|(key, seq, due)| Step::Schedule { key, seq, due }),
+        2 => (0usize..3, 1u64..40).prop_map(|(key, seq)| Step::Cancel { key, seq }),
+        1 => Just(Step::Fire),
+    ]
+}
+
+/// Whatever the order of schedules, cancels (alone or several in one batch, redelivered or
+/// not) and firings, the SQL keeps the rules of the contract as written once in
+/// `apply_command`. Every case has a tenant of its own in one database.
+#[test]
+fn sql_follows_the_rules_table() {
+    use proptest::test_runner::{Config, TestRunner};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_scratch, store) = runtime.block_on(store());
+    let cases = std::sync::atomic::AtomicUsize::new(0);
+    let mut runner = TestRunner::new(Config::with_cases(32));
+    let strategy = (prop::collection::vec(step(), 1..40), 1usize..4);
+    let outcome = runner.run(&strategy, |(steps, batch)| {
+        let tenant = format!(
+            "case-{}",
+            cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         runtime.block_on(async {
-            let (_dir, store) = store().await;
-            let mut model: std::collections::HashMap<String, TimerEntry> = Default::default();
-            for (key, seq, due, fire) in steps {
-                let id = format!("k{key}");
-                if fire {
-                    let due_now = store.find_due(at(1000), None, 100).await.unwrap().timers;
-                    store.mark_reached(&due_now, at(1000)).await.unwrap();
-                    for t in &due_now {
-                        let m = model.get_mut(&t.service_call_id).unwrap();
-                        m.state = TimerState::Reached;
-                        m.reached_at = Some(at(1000));
-                    }
-                } else {
-                    let incoming = entry("acme", &id, seq, due);
-                    store.upsert(std::slice::from_ref(&incoming)).await.unwrap();
-                    if let Some(next) = apply_command(model.get(&id), &incoming) {
-                        model.insert(id.clone(), next);
+            let mut model: HashMap<String, Timer> = HashMap::new();
+            let mut pending: Vec<Command> = Vec::new();
+            let flush = |pending: &mut Vec<Command>, model: &mut HashMap<String, Timer>| {
+                let commands = std::mem::take(pending);
+                let mut ordered = commands.clone();
+                ordered.sort_by_key(|c| c.seq);
+                for command in &ordered {
+                    if let Some(next) =
+                        apply_command(model.get(&command.service_call_id), command, false)
+                    {
+                        model.insert(command.service_call_id.clone(), next);
                     }
                 }
+                commands
+            };
+            for step in steps {
+                match step {
+                    Step::Schedule { key, seq, due } => {
+                        pending.push(schedule(&tenant, &format!("k{key}"), seq, due))
+                    }
+                    Step::Cancel { key, seq } => {
+                        pending.push(cancel(&tenant, &format!("k{key}"), seq, 1))
+                    }
+                    Step::Fire => {
+                        let commands = flush(&mut pending, &mut model);
+                        store.apply(&commands).await.unwrap();
+                        // Everything due fires (earlier cases' leftovers too, which are done).
+                        loop {
+                            let due = store
+                                .claim_due(at(1000), None, 100, &claimant())
+                                .await
+                                .unwrap()
+                                .timers;
+                            if due.is_empty() {
+                                break;
+                            }
+                            store
+                                .mark_reached(&[(due.clone().into(), at(1000))])
+                                .await
+                                .unwrap();
+                            for t in due.iter().filter(|t| t.tenant_id == tenant) {
+                                let m = model.get_mut(&t.service_call_id).unwrap();
+                                m.state = TimerState::Reached;
+                                m.reached_at = Some(at(1000));
+                            }
+                        }
+                    }
+                }
+                if pending.len() >= batch {
+                    let commands = flush(&mut pending, &mut model);
+                    store.apply(&commands).await.unwrap();
+                }
             }
+            let commands = flush(&mut pending, &mut model);
+            store.apply(&commands).await.unwrap();
             for (id, expected) in &model {
-                let stored = store.get("acme", id).await.unwrap().unwrap();
+                let stored = store.get(&tenant, id).await.unwrap().unwrap();
                 prop_assert_eq!(&stored, expected);
             }
             Ok(())
-        })?;
+        })
+    });
+    if let Err(failure) = outcome {
+        panic!("{failure}");
     }
 }
 
 #[tokio::test]
 async fn the_wal_is_checkpointed_from_a_second_connection_not_by_commits() {
-    let (dir, store) = store().await;
-    let path = dir.path().join("timers.db");
-    let rows: Vec<TimerEntry> = (0..3000)
-        .map(|i| entry("acme", &format!("c{i}"), i, i as i64))
+    let (scratch, store) = store().await;
+    if !scratch.sqlite_only("WAL checkpoints") {
+        return;
+    }
+    let target = scratch.database();
+    let rows: Vec<Command> = (0..3000)
+        .map(|i| schedule("acme", &format!("c{i}"), i, i as i64))
         .collect();
-    store.upsert(&rows).await.unwrap();
-    let checkpointer = connect(&path, &SqliteSettings::default()).await.unwrap();
+    store.apply(&rows).await.unwrap();
+    let checkpointer = connect(&target, 1).await.unwrap();
     let autocheckpoint = checkpointer
         .query_one_raw(Statement::from_string(
             checkpointer.get_database_backend(),

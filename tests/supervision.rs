@@ -7,18 +7,15 @@ use std::time::Duration;
 
 use chrono::Utc;
 use common::{NatsServer, Scratch, config, eventually};
+use timer_service::actors::{NamedActor, Poller};
 use timer_service::config::SupervisorSettings;
-use timer_service::{ActorKind, Daemon, DaemonError};
+use timer_service::{Daemon, DaemonError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_failed_child_is_restarted_and_timers_keep_firing() {
     let (_server, _scratch, daemon, client) = common::started().await;
 
-    for kind in [
-        ActorKind::Persistence,
-        ActorKind::Poller,
-        ActorKind::CommandHandler,
-    ] {
+    for kind in daemon.actor_names().to_vec() {
         // A timer pending across the failure must still fire.
         let pending = format!("pending-{kind}");
         client
@@ -64,16 +61,14 @@ async fn past_the_restart_limit_the_daemon_stops_with_an_error() {
     let mut daemon = Daemon::start(config).await.unwrap();
 
     for _ in 0..2 {
-        let before = daemon.actor_id(ActorKind::Poller).expect("running");
-        daemon.inject_fault(ActorKind::Poller);
+        let before = daemon.actor_id(Poller::NAME).expect("running");
+        daemon.inject_fault(Poller::NAME);
         eventually(Duration::from_secs(5), "the restarted poller", || async {
-            daemon
-                .actor_id(ActorKind::Poller)
-                .filter(|id| *id != before)
+            daemon.actor_id(Poller::NAME).filter(|id| *id != before)
         })
         .await;
     }
-    daemon.inject_fault(ActorKind::Poller);
+    daemon.inject_fault(Poller::NAME);
     let error = tokio::time::timeout(Duration::from_secs(10), daemon.stopped())
         .await
         .expect("the daemon stops");
@@ -81,12 +76,8 @@ async fn past_the_restart_limit_the_daemon_stops_with_an_error() {
         DaemonError::RestartLimit(reason) => assert!(reason.contains("poller"), "{reason}"),
         other => panic!("unexpected {other}"),
     }
-    for kind in [
-        ActorKind::Persistence,
-        ActorKind::Poller,
-        ActorKind::CommandHandler,
-    ] {
-        assert!(daemon.actor_id(kind).is_none(), "{kind} still running");
+    for name in daemon.actor_names() {
+        assert!(daemon.actor_id(name).is_none(), "{name} still running");
     }
 }
 

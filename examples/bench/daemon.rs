@@ -1,5 +1,5 @@
-//! The daemon under test, as a child process (so its memory is its own and it can be stopped
-//! like in production), and a read-only view of its SQLite file.
+//! The daemon under test as child processes (its memory and CPU its own, stopped as in
+//! production), a database connection of the benchmark's own, and process CPU accounting.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
-use timer_service::persistence::SqliteSettings;
-use timer_service::persistence::db::connect;
+use timer_service::persistence::db::{DatabaseTarget, connect};
 
 /// The release binary next to this example, built on demand.
 pub fn binary() -> PathBuf {
@@ -34,43 +33,71 @@ pub fn binary() -> PathBuf {
     bin
 }
 
+/// How a daemon of a workload runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub name: String,
+    pub batch: usize,
+    pub synchronous: String,
+    /// `/metrics` served (and the Prometheus recorder installed) on this port; `None`: no
+    /// HTTP and no recorder, the bare daemon.
+    pub http_port: Option<u16>,
+    pub keep_finished: String,
+}
+
 pub struct Daemon {
     child: Child,
     pub started: Instant,
+    pub http_port: Option<u16>,
 }
 
 impl Daemon {
-    /// Starts the daemon on `db_path` with the given batch size and SQLite `synchronous` level.
     pub fn start(
         broker_url: &str,
-        db_path: &Path,
-        batch_size: usize,
-        synchronous: &str,
+        database: &DatabaseTarget,
+        settings: &Settings,
         log: &Path,
     ) -> Self {
         let out = std::fs::File::create(log).expect("log file");
-        let config = db_path.with_extension("toml");
-        std::fs::write(
-            &config,
-            format!("[sqlite]\nsynchronous = \"{synchronous}\"\n"),
-        )
-        .expect("config file");
-        let started = Instant::now();
-        let child = Command::new(binary())
+        let mut command = Command::new(binary());
+        command
             .args(["run", "--config"])
-            .arg(config)
+            .arg(log.with_extension("none.toml"))
             .env("TIMER_BROKER_URL", broker_url)
-            .env("TIMER_DB_PATH", db_path)
-            .env("TIMER_BATCH_SIZE", batch_size.to_string())
+            .env("TIMER_NAME", &settings.name)
+            .env("TIMER_BATCH_SIZE", settings.batch.to_string())
+            .env("TIMER_SQLITE_SYNCHRONOUS", &settings.synchronous)
+            .env("TIMER_RETENTION_KEEP_FINISHED", &settings.keep_finished)
+            .env(
+                "TIMER_HTTP_LISTEN",
+                settings
+                    .http_port
+                    .map(|p| format!("127.0.0.1:{p}"))
+                    .unwrap_or_default(),
+            )
             .env(
                 "RUST_LOG",
                 std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            );
+        match database {
+            DatabaseTarget::Sqlite { path, .. } => command.env("TIMER_DB_PATH", path),
+            DatabaseTarget::Postgres { url } => command.env("TIMER_DATABASE_URL", url),
+        };
+        let started = Instant::now();
+        let child = command
             .stdout(out.try_clone().expect("log file"))
             .stderr(out)
             .spawn()
             .expect("start timer-service");
-        Self { child, started }
+        Self {
+            child,
+            started,
+            http_port: settings.http_port,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Peak resident set size so far (VmHWM), in MiB.
@@ -110,21 +137,99 @@ impl Drop for Daemon {
     }
 }
 
-/// A second connection to the daemon's file (WAL allows readers beside the writer).
+/// CPU time (user + system) of a process so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / per_second.max(1.0)
+}
+
+/// The processes of every PostgreSQL server on this machine (its backends come and go, so
+/// they are found at each reading).
+fn postgres_pids() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "postgres")
+        })
+        .collect()
+}
+
+/// Which process used how much CPU during a workload: where the time goes on these two cores.
+pub struct CpuMeter {
+    started: Instant,
+    groups: Vec<(&'static str, Vec<u32>, f64)>,
+    postgres: Option<f64>,
+}
+
+impl CpuMeter {
+    /// Starts measuring the daemons, the broker, this benchmark process, and PostgreSQL when
+    /// `postgres` is set.
+    pub fn start(daemons: &[u32], broker: Option<u32>, postgres: bool) -> Self {
+        let groups = vec![
+            ("daemon", daemons.to_vec()),
+            ("nats-server", broker.into_iter().collect()),
+            ("load generator", vec![std::process::id()]),
+        ]
+        .into_iter()
+        .map(|(name, pids)| {
+            let used = pids.iter().map(|p| cpu_seconds(*p)).sum();
+            (name, pids, used)
+        })
+        .collect::<Vec<_>>();
+        Self {
+            started: Instant::now(),
+            groups,
+            postgres: postgres.then(|| postgres_pids().into_iter().map(cpu_seconds).sum()),
+        }
+    }
+
+    /// Cores used by each group since the start (1.0 = one core busy the whole time).
+    pub fn finish(&self) -> Vec<(String, f64)> {
+        let wall = self.started.elapsed().as_secs_f64().max(1e-9);
+        let mut out: Vec<(String, f64)> = self
+            .groups
+            .iter()
+            .map(|(name, pids, before)| {
+                let now: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+                (name.to_string(), (now - before) / wall)
+            })
+            .collect();
+        if let Some(before) = self.postgres {
+            let now: f64 = postgres_pids().into_iter().map(cpu_seconds).sum();
+            out.push(("postgres".into(), (now - before).max(0.0) / wall));
+        }
+        out
+    }
+}
+
+/// A connection of the benchmark's own to a workload's database.
 pub struct Observer {
     db: DatabaseConnection,
+    postgres: bool,
 }
 
 impl Observer {
-    pub async fn open(db_path: &Path) -> Self {
-        let settings = SqliteSettings {
-            cache_kib: 8_192,
-            ..SqliteSettings::default()
-        };
+    pub async fn open(database: &DatabaseTarget) -> Self {
         Self {
-            db: connect(db_path, &settings)
-                .await
-                .expect("observer connection"),
+            db: connect(database, 1).await.expect("observer connection"),
+            postgres: matches!(database, DatabaseTarget::Postgres { .. }),
         }
     }
 
@@ -145,27 +250,58 @@ impl Observer {
             .expect("statement");
     }
 
+    pub async fn pending(&self) -> u64 {
+        self.count("SELECT count(*) FROM timer_schedules WHERE state = 'Scheduled'")
+            .await
+    }
+
+    /// Adds `n` timers of `tenant` in one statement, the first due at `first_due` and each
+    /// next one `step_ms` later: `Scheduled`, or `Reached` at `reached_at` when given.
+    pub async fn prefill(
+        &self,
+        n: u64,
+        tenant: &str,
+        first_due: DateTime<Utc>,
+        step_ms: i64,
+        reached_at: Option<&str>,
+    ) {
+        let first_ms = first_due.timestamp_millis();
+        let (state, reached) = match reached_at {
+            Some(at) => ("Reached", format!("'{at}'")),
+            None => ("Scheduled", "NULL".into()),
+        };
+        let sql = if self.postgres {
+            format!(
+                "INSERT INTO timer_schedules
+                   (tenant_id, service_call_id, correlation_id, due_at, registered_at, reached_at, state, command_seq)
+                 SELECT '{tenant}', '{tenant}-' || x, 'corr-' || x,
+                        to_char(to_timestamp(({first_ms} + x * {step_ms}) / 1000.0) AT TIME ZONE 'UTC',
+                                'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
+                        '2026-01-01T00:00:00.000Z', {reached}, '{state}', 0
+                 FROM generate_series(0, {last}) AS x",
+                last = n.saturating_sub(1)
+            )
+        } else {
+            format!(
+                "WITH RECURSIVE seq(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM seq WHERE x < {last})
+                 INSERT INTO timer_schedules
+                   (tenant_id, service_call_id, correlation_id, due_at, registered_at, reached_at, state, command_seq)
+                 SELECT '{tenant}', '{tenant}-' || x, 'corr-' || x,
+                        strftime('%Y-%m-%dT%H:%M:%fZ', ({first_ms} + x * {step_ms}) / 1000.0, 'unixepoch'),
+                        '2026-01-01T00:00:00.000Z', {reached}, '{state}', 0
+                 FROM seq",
+                last = n.saturating_sub(1)
+            )
+        };
+        self.execute(&sql).await;
+        if self.postgres {
+            self.execute("ANALYZE timer_schedules").await;
+        } else {
+            self.execute("PRAGMA wal_checkpoint(TRUNCATE)").await;
+        }
+    }
+
     pub async fn close(self) {
         let _ = self.db.close().await;
     }
-}
-
-/// Fills the (migrated) file with `n` `Scheduled` timers of `tenant`, the first due at
-/// `first_due` and each next one `step_ms` later, in one statement.
-pub async fn prefill(db_path: &Path, n: u64, tenant: &str, first_due: DateTime<Utc>, step_ms: i64) {
-    let observer = Observer::open(db_path).await;
-    let first_ms = first_due.timestamp_millis();
-    observer
-        .execute(&format!(
-            "WITH RECURSIVE seq(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM seq WHERE x < {last})
-             INSERT INTO timer_schedules
-             SELECT '{tenant}', '{tenant}-' || x, 'corr-' || x,
-                    strftime('%Y-%m-%dT%H:%M:%fZ', ({first_ms} + x * {step_ms}) / 1000.0, 'unixepoch'),
-                    '2026-01-01T00:00:00.000Z', NULL, 'Scheduled', 0
-             FROM seq",
-            last = n.saturating_sub(1)
-        ))
-        .await;
-    observer.execute("PRAGMA wal_checkpoint(TRUNCATE)").await;
-    observer.close().await;
 }

@@ -2,15 +2,14 @@
 //! stacks allow, as the yardstick for the daemon's own figures.
 
 use std::collections::VecDeque;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer, message::PublishMessage, stream};
 use chrono::Utc;
 use futures::StreamExt;
-use timer_service::domain::{TimerEntry, TimerState};
-use timer_service::persistence::db::migrate;
-use timer_service::persistence::{SqliteSettings, Store};
+use timer_service::domain::{Action, Command};
+use timer_service::persistence::db::DatabaseTarget;
+use timer_service::persistence::{Claimant, Store};
 
 /// A JSON body of about 200 bytes, like a ScheduleTimer command.
 fn body(i: usize) -> bytes::Bytes {
@@ -42,8 +41,12 @@ pub async fn publish_pipelined(
     started.elapsed()
 }
 
-/// JetStream publish with `Nats-Msg-Id`, 1,000 PubAcks in flight: messages/s.
-pub async fn jetstream_publish_with_msg_id(js: &jetstream::Context, n: usize) -> f64 {
+/// JetStream publish with `Nats-Msg-Id`, `window` PubAcks in flight: messages/s.
+pub async fn jetstream_publish_with_msg_id(
+    js: &jetstream::Context,
+    n: usize,
+    window: usize,
+) -> f64 {
     js.create_stream(stream::Config {
         name: "RAW_PUB".into(),
         subjects: vec!["raw.pub.>".into()],
@@ -52,7 +55,7 @@ pub async fn jetstream_publish_with_msg_id(js: &jetstream::Context, n: usize) ->
     .await
     .expect("stream");
     let run = uuid::Uuid::now_v7().simple().to_string();
-    let elapsed = publish_pipelined(js, n, 1000, |i| {
+    let elapsed = publish_pipelined(js, n, window, |i| {
         (
             format!("raw.pub.t{}", i % 16),
             PublishMessage::build()
@@ -111,47 +114,56 @@ pub async fn jetstream_consume_ack(js: &jetstream::Context, n: usize, batch: usi
     rate
 }
 
-fn timer(i: usize, due: chrono::DateTime<Utc>) -> TimerEntry {
-    TimerEntry {
+fn timer(i: usize, due: chrono::DateTime<Utc>) -> Command {
+    Command {
         tenant_id: format!("t{}", i % 10),
         service_call_id: format!("raw-{i:09}"),
         correlation_id: format!("corr-{i}"),
-        due_at: due,
-        registered_at: Utc::now(),
-        reached_at: None,
-        state: TimerState::Scheduled,
-        command_seq: i as u64 + 1,
+        action: Action::Schedule { due_at: due },
+        seq: i as u64 + 1,
+        received_at: Utc::now(),
     }
 }
 
-/// Batched upsert of rows shaped like ours, through the service's own SeaORM store and SQLite
-/// settings: rows/s. Leaves the `n` rows in the file, due now, for [`sqlite_mark_reached`].
-pub async fn sqlite_upsert(db_path: &Path, sqlite: &SqliteSettings, n: usize, batch: usize) -> f64 {
-    migrate(db_path, sqlite).await.expect("migrate");
-    let store = Store::open(db_path, sqlite).await.expect("open");
+/// Batched upserts of rows shaped like ours, through the service's own store and settings:
+/// rows/s. Leaves the `n` rows in the database, due now, for [`claim_and_mark`].
+pub async fn upsert(database: &DatabaseTarget, n: usize, batch: usize) -> f64 {
+    let store = Store::open(database).await.expect("open");
     let due = Utc::now();
-    let rows: Vec<TimerEntry> = (0..n).map(|i| timer(i, due)).collect();
+    let rows: Vec<Command> = (0..n).map(|i| timer(i, due)).collect();
     let started = Instant::now();
     for chunk in rows.chunks(batch) {
-        store.upsert(chunk).await.expect("upsert");
+        store.apply(chunk).await.expect("upsert");
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
     store.close().await.expect("close");
     rate
 }
 
-/// Select `batch` due rows and mark them `Reached` in one statement, until none is left: rows/s.
-pub async fn sqlite_mark_reached(db_path: &Path, sqlite: &SqliteSettings, batch: usize) -> f64 {
-    let store = Store::open(db_path, sqlite).await.expect("open");
+/// Claim `batch` due rows and mark them `Reached`, one transaction each, until none is left:
+/// rows/s.
+pub async fn claim_and_mark(database: &DatabaseTarget, batch: usize) -> f64 {
+    let store = Store::open(database).await.expect("open");
+    let claimant = Claimant {
+        name: "raw".into(),
+        lease: Duration::from_secs(30),
+    };
     let started = Instant::now();
     let mut marked = 0;
     loop {
         let now = Utc::now();
-        let due = store.find_due(now, None, batch).await.expect("find").timers;
+        let due = store
+            .claim_due(now, None, batch, &claimant)
+            .await
+            .expect("claim")
+            .timers;
         if due.is_empty() {
             break;
         }
-        marked += store.mark_reached(&due, now).await.expect("mark");
+        marked += store
+            .mark_reached(&[(due.clone().into(), now)])
+            .await
+            .expect("mark");
     }
     let rate = marked as f64 / started.elapsed().as_secs_f64();
     store.close().await.expect("close");

@@ -1,8 +1,9 @@
 //! The daemon's figures, each driven through the public contract only: commands published to
-//! `timer.cmd.schedule.<tenant>`, events read from `timer.evt.due.<tenant>`.
+//! `timer.cmd.schedule.<tenant>`, API requests on `timer.api.<verb>.<tenant>`, events read from
+//! `timer.evt.due.<tenant>`.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
@@ -13,77 +14,9 @@ use timer_service::nats::BrokerNames;
 use timer_service::nats::streams::ensure_command_stream;
 use tokio::sync::Mutex;
 
-use crate::daemon::{Daemon, Observer, prefill};
-use crate::nats_server::NatsServer;
+use crate::daemon::{CpuMeter, Daemon, Settings};
 use crate::raw::publish_pipelined;
-
-/// One workload's private world: a fresh broker and a database file in `dir`.
-pub struct Bench {
-    pub server: NatsServer,
-    pub client: async_nats::Client,
-    pub js: jetstream::Context,
-    pub dir: PathBuf,
-    pub batch: usize,
-    /// SQLite `synchronous` level the daemon runs with.
-    pub synchronous: String,
-}
-
-impl Bench {
-    pub async fn new(dir: &Path, batch: usize, synchronous: &str) -> Self {
-        let server = NatsServer::start();
-        let client = async_nats::connect(server.url()).await.expect("connect");
-        let js = jetstream::new(client.clone());
-        std::fs::create_dir_all(dir).expect("dir");
-        Self {
-            server,
-            client,
-            js,
-            dir: dir.to_owned(),
-            batch,
-            synchronous: synchronous.to_owned(),
-        }
-    }
-
-    pub fn db_path(&self) -> PathBuf {
-        self.dir.join("timers.db")
-    }
-
-    /// A database to run on: a copy of `base` (pending timers already in it) or a new file.
-    pub async fn prepare_db(&self, base: Option<&Path>) {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", self.db_path().display()));
-        }
-        if let Some(base) = base {
-            std::fs::copy(base, self.db_path()).expect("copy base database");
-            // On disk before the daemon starts, as a long-lived database would be: otherwise
-            // the copy's dirty pages are flushed by the daemon's first fsyncs.
-            std::fs::File::open(self.db_path())
-                .and_then(|f| f.sync_all())
-                .expect("sync copy");
-        }
-    }
-
-    pub fn start_daemon(&self, name: &str) -> Daemon {
-        Daemon::start(
-            &self.server.url(),
-            &self.db_path(),
-            self.batch,
-            &self.synchronous,
-            &self.dir.join(format!("{name}.log")),
-        )
-    }
-
-    async fn wait_for_command_stream(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.js.get_stream("TIMER_COMMANDS").await.is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the daemon never created its streams"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
+use crate::world::World;
 
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
@@ -101,21 +34,42 @@ fn command(tenant: &str, id: &str, due: DateTime<Utc>) -> bytes::Bytes {
     .into()
 }
 
-/// Result of the ingest workload.
-pub struct Ingest {
+/// A throughput figure, with the memory and CPU it took.
+pub struct Run {
     pub per_second: f64,
     pub peak_rss_mib: f64,
+    /// Cores used by each process group during the run.
+    pub cpu: Vec<(String, f64)>,
 }
 
-/// `n` commands queued while the daemon is stopped, then the daemon started: commands stored
-/// and acknowledged per second, from process start to an empty work queue.
-pub async fn ingest(bench: &Bench, n: usize, base: Option<&Path>) -> Ingest {
-    bench.prepare_db(base).await;
-    let stream = ensure_command_stream(&bench.js, &BrokerNames::default())
+fn start_daemons(world: &World, daemons: &[Settings]) -> Vec<Daemon> {
+    daemons.iter().map(|s| world.daemon(s)).collect()
+}
+
+fn meter(world: &World, daemons: &[Daemon]) -> CpuMeter {
+    let pids: Vec<u32> = daemons.iter().map(Daemon::pid).collect();
+    CpuMeter::start(&pids, world.server.pid(), world.is_postgres())
+}
+
+fn stop(daemons: Vec<Daemon>) -> f64 {
+    let rss = daemons
+        .iter()
+        .map(Daemon::peak_rss_mib)
+        .fold(0.0_f64, f64::max);
+    for daemon in daemons {
+        daemon.stop();
+    }
+    rss
+}
+
+/// `n` commands queued while no daemon runs, then the daemons started: commands stored and
+/// acknowledged per second, from the first process start to an empty work queue.
+pub async fn ingest(world: &World, n: usize, daemons: &[Settings]) -> Run {
+    let mut stream = ensure_command_stream(&world.js, &BrokerNames::default())
         .await
         .expect("command stream");
     let due = Utc::now() + chrono::Duration::days(1);
-    publish_pipelined(&bench.js, n, 1000, |i| {
+    publish_pipelined(&world.js, n, 1000, |i| {
         (
             format!("timer.cmd.schedule.t{}", i % 10),
             PublishMessage::build().payload(command(
@@ -126,8 +80,9 @@ pub async fn ingest(bench: &Bench, n: usize, base: Option<&Path>) -> Ingest {
         )
     })
     .await;
-    let daemon = bench.start_daemon("ingest");
-    let mut stream = stream;
+    let running = start_daemons(world, daemons);
+    let cpu = meter(world, &running);
+    let started = running[0].started;
     loop {
         let left = stream
             .info()
@@ -138,48 +93,58 @@ pub async fn ingest(bench: &Bench, n: usize, base: Option<&Path>) -> Ingest {
             break;
         }
         assert!(
-            daemon.started.elapsed() < Duration::from_secs(600),
+            started.elapsed() < Duration::from_secs(900),
             "ingest stalled"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let elapsed = daemon.started.elapsed();
-    let peak_rss_mib = daemon.peak_rss_mib();
-    daemon.stop();
-    Ingest {
+    let elapsed = started.elapsed();
+    let cpu = cpu.finish();
+    Run {
         per_second: n as f64 / elapsed.as_secs_f64(),
-        peak_rss_mib,
+        peak_rss_mib: stop(running),
+        cpu,
     }
 }
 
-/// `n` timers due at one instant: timers published, PubAck'd and marked `Reached` per second,
-/// from the instant to the last mark.
-pub async fn fire(bench: &Bench, n: usize) -> f64 {
-    bench.prepare_db(None).await;
-    timer_service::persistence::db::migrate(&bench.db_path(), &Default::default())
-        .await
-        .expect("migrate");
-    let instant = Utc::now() + chrono::Duration::seconds(3);
-    prefill(&bench.db_path(), n as u64, "fire", instant, 0).await;
-    let daemon = bench.start_daemon("fire");
-    let observer = Observer::open(&bench.db_path()).await;
+/// `n` timers due at one instant: timers published, acknowledged and marked `Reached` per
+/// second, from the instant to the last mark.
+pub async fn fire(world: &World, n: usize, daemons: &[Settings]) -> Run {
+    let observer = world.observer().await;
+    let instant = Utc::now() + chrono::Duration::seconds(4);
+    observer.prefill(n as u64, "fire", instant, 0, None).await;
+    let running = start_daemons(world, daemons);
+    while Utc::now() < instant {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let cpu = meter(world, &running);
     loop {
-        let pending = observer
-            .count("SELECT count(*) FROM timer_schedules WHERE state = 'Scheduled'")
-            .await;
-        if pending == 0 && Utc::now() > instant {
+        if observer.pending().await == 0 {
             break;
         }
         assert!(
-            daemon.started.elapsed() < Duration::from_secs(600),
+            Utc::now() - instant < chrono::Duration::seconds(900),
             "firing stalled"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = (Utc::now() - instant).num_microseconds().unwrap_or(1) as f64 / 1e6;
+    let cpu = cpu.finish();
     observer.close().await;
-    daemon.stop();
-    n as f64 / elapsed
+    Run {
+        per_second: n as f64 / elapsed,
+        peak_rss_mib: stop(running),
+        cpu,
+    }
+}
+
+/// What else runs during a steady load.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Load {
+    /// API requests per second (half `get`, half `list` of 100) during the load.
+    pub api_rate: u32,
+    /// `GET /metrics` of every daemon each second, as Prometheus would.
+    pub scrape: bool,
 }
 
 /// Result of a lateness workload.
@@ -188,23 +153,48 @@ pub struct LatenessRun {
     pub samples: Vec<f64>,
     pub expected: usize,
     pub peak_rss_mib: f64,
+    pub cpu: Vec<(String, f64)>,
+    /// API requests answered, and refused or failed, during the load.
+    pub api_answered: u64,
+    pub api_failed: u64,
+    /// The last `/metrics` of the first daemon, when scraped.
+    pub metrics: Option<String>,
 }
 
 /// Steady load: `rate` timers per second for `secs`, each scheduled `lead` before its `dueAt`
-/// and due at its own millisecond; lateness measured at a subscriber.
+/// and due at its own instant; lateness measured at a subscriber.
 pub async fn lateness(
-    bench: &Bench,
+    world: &World,
     rate: u32,
     secs: u32,
     lead: Duration,
-    base: Option<&Path>,
+    daemons: &[Settings],
+    load: Load,
 ) -> LatenessRun {
-    bench.prepare_db(base).await;
-    let daemon = bench.start_daemon("lateness");
-    bench.wait_for_command_stream().await;
-    let received = collect_lateness(&bench.client, "timer.evt.due.>".into()).await;
+    let running = start_daemons(world, daemons);
+    world.wait_for_command_stream().await;
+    let received = collect_lateness(&world.client, "timer.evt.due.>".into()).await;
     let expected = (rate * secs) as usize;
-    let js = bench.js.clone();
+    let answered = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let api = (load.api_rate > 0).then(|| {
+        tokio::spawn(api_load(
+            world.client.clone(),
+            load.api_rate,
+            lead + Duration::from_secs(u64::from(secs)),
+            answered.clone(),
+            failed.clone(),
+        ))
+    });
+    let ports: Vec<u16> = running.iter().filter_map(|d| d.http_port).collect();
+    let scrapes = load.scrape.then(|| {
+        tokio::spawn(scrape_every_second(
+            ports.clone(),
+            lead + Duration::from_secs(u64::from(secs) + 1),
+        ))
+    });
+    let cpu = meter(world, &running);
+    let js = world.js.clone();
     schedule_steady(rate, expected, lead, move |i, due| {
         let js = js.clone();
         async move {
@@ -218,31 +208,244 @@ pub async fn lateness(
     })
     .await;
     let samples = wait_for(received, expected, Duration::from_secs(15)).await;
-    let peak_rss_mib = daemon.peak_rss_mib();
-    daemon.stop();
+    let cpu = cpu.finish();
+    if let Some(api) = api {
+        let _ = api.await;
+    }
+    let metrics = match scrapes {
+        Some(task) => task.await.ok().flatten(),
+        None => None,
+    };
     if samples.len() < expected {
-        let log = std::fs::read_to_string(bench.dir.join("lateness.log")).unwrap_or_default();
         eprintln!(
-            "{} of {expected} timers fired; daemon log:\n{log}",
-            samples.len()
+            "{} of {expected} timers fired (logs in {})",
+            samples.len(),
+            world.dir.display()
         );
     }
     LatenessRun {
         samples,
         expected,
-        peak_rss_mib,
+        peak_rss_mib: stop(running),
+        cpu,
+        api_answered: answered.load(Ordering::Relaxed),
+        api_failed: failed.load(Ordering::Relaxed),
+        metrics,
+    }
+}
+
+/// `rate` API requests per second for `duration`, alternating a `get` of a timer of the load
+/// and a `list` of the first 100.
+async fn api_load(
+    client: async_nats::Client,
+    rate: u32,
+    duration: Duration,
+    answered: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+) {
+    let start = tokio::time::Instant::now();
+    let step = Duration::from_secs_f64(1.0 / f64::from(rate));
+    let mut tasks = Vec::new();
+    let mut i: u64 = 0;
+    while start.elapsed() < duration {
+        tokio::time::sleep_until(start + step * i as u32).await;
+        let (subject, body) = if i.is_multiple_of(2) {
+            (
+                "timer.api.get.t0".to_owned(),
+                serde_json::json!({ "serviceCallId": format!("late-{}", (i / 2) * 10) }),
+            )
+        } else {
+            (
+                "timer.api.list.t1".to_owned(),
+                serde_json::json!({ "limit": 100 }),
+            )
+        };
+        let (client, answered, failed) = (client.clone(), answered.clone(), failed.clone());
+        tasks.push(tokio::spawn(async move {
+            let reply = client
+                .request(subject, serde_json::to_vec(&body).expect("json").into())
+                .await;
+            let ok = reply.is_ok_and(|r| {
+                r.headers
+                    .as_ref()
+                    .and_then(|h| h.get("Nats-Service-Error-Code"))
+                    .is_none_or(|code| code.as_str() == "404")
+            });
+            if ok { &answered } else { &failed }.fetch_add(1, Ordering::Relaxed);
+        }));
+        i += 1;
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+/// `GET /metrics` of each port once a second for `duration`; the last answer of the first.
+async fn scrape_every_second(ports: Vec<u16>, duration: Duration) -> Option<String> {
+    let start = tokio::time::Instant::now();
+    let mut last = None;
+    while start.elapsed() < duration {
+        for (i, port) in ports.iter().enumerate() {
+            if let Some(body) = http_get(*port, "/metrics").await
+                && i == 0
+            {
+                last = Some(body);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    last
+}
+
+/// A plain HTTP/1.1 GET on localhost: the body of a 200 answer.
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    response
+        .starts_with("HTTP/1.1 200")
+        .then(|| response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()))
+        .flatten()
+}
+
+/// API requests answered per second with `in_flight` requests outstanding at all times: `get`
+/// of random timers among `n` stored, then `list` of 100.
+pub struct ApiRun {
+    pub get_per_second: f64,
+    pub list_per_second: f64,
+}
+
+pub async fn api_throughput(
+    world: &World,
+    settings: &Settings,
+    n: u64,
+    in_flight: usize,
+    secs: f64,
+) -> ApiRun {
+    let observer = world.observer().await;
+    let far = Utc::now() + chrono::Duration::days(365);
+    observer.prefill(n, "api", far, 1, None).await;
+    observer.close().await;
+    let daemon = world.daemon(settings);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while world
+        .client
+        .request("timer.api.stats.api", "{}".into())
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the API never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let run = |verb: &'static str| {
+        let client = world.client.clone();
+        async move {
+            let done = Arc::new(AtomicU64::new(0));
+            let stop_at = Instant::now() + Duration::from_secs_f64(secs);
+            let workers: Vec<_> = (0..in_flight)
+                .map(|w| {
+                    let (client, done) = (client.clone(), done.clone());
+                    tokio::spawn(async move {
+                        let mut x = w as u64 * 7919;
+                        while Instant::now() < stop_at {
+                            x = (x * 6364136223846793005 + 1442695040888963407) % n.max(1);
+                            let body = match verb {
+                                "get" => serde_json::json!({ "serviceCallId": format!("api-{x}") }),
+                                _ => serde_json::json!({ "limit": 100 }),
+                            };
+                            let subject = format!("timer.api.{verb}.api");
+                            if client
+                                .request(subject, serde_json::to_vec(&body).expect("json").into())
+                                .await
+                                .is_ok()
+                            {
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let started = Instant::now();
+            for worker in workers {
+                let _ = worker.await;
+            }
+            done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+        }
+    };
+    let get_per_second = run("get").await;
+    let list_per_second = run("list").await;
+    daemon.stop();
+    ApiRun {
+        get_per_second,
+        list_per_second,
+    }
+}
+
+/// Retention under load: `finished` timers that finished 30 days ago are in the database when
+/// the daemon starts (retention 7 days, so all go), while a steady load fires: rows deleted per
+/// second, and the lateness of the load meanwhile.
+pub struct RetentionRun {
+    pub deleted_per_second: f64,
+    pub lateness: LatenessRun,
+}
+
+pub async fn retention_under_load(
+    world: &World,
+    finished: u64,
+    rate: u32,
+    secs: u32,
+    lead: Duration,
+    settings: &Settings,
+) -> RetentionRun {
+    let observer = world.observer().await;
+    let remaining = "SELECT count(*) FROM timer_schedules WHERE state = 'Reached'";
+    assert!(
+        observer.count(remaining).await >= finished,
+        "the base holds the finished timers"
+    );
+    let started = Instant::now();
+    let watch = tokio::spawn(async move {
+        loop {
+            if observer.count(remaining).await == 0 {
+                break started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let lateness = lateness(
+        world,
+        rate,
+        secs,
+        lead,
+        std::slice::from_ref(settings),
+        Load::default(),
+    )
+    .await;
+    let elapsed = tokio::time::timeout(Duration::from_secs(600), watch)
+        .await
+        .expect("retention finished")
+        .expect("watcher");
+    RetentionRun {
+        deleted_per_second: finished as f64 / elapsed.as_secs_f64(),
+        lateness,
     }
 }
 
 /// The broker's own scheduler (`Nats-Schedule: @at …`, nats-server ≥ 2.12) on the same load.
 /// `None` when the server does not support it.
 pub async fn native_lateness(
-    bench: &Bench,
+    world: &World,
     rate: u32,
     secs: u32,
     lead: Duration,
 ) -> Option<LatenessRun> {
-    bench
+    world
         .js
         .create_stream(stream::Config {
             name: "NATIVE".into(),
@@ -260,9 +463,9 @@ pub async fn native_lateness(
         .await
         .map_err(|e| eprintln!("native scheduler unavailable: {e}"))
         .ok()?;
-    let received = collect_lateness(&bench.client, "native.out.>".into()).await;
+    let received = collect_lateness(&world.client, "native.out.>".into()).await;
     let expected = (rate * secs) as usize;
-    let js = bench.js.clone();
+    let js = world.js.clone();
     schedule_steady(rate, expected, lead, move |i, due| {
         let js = js.clone();
         async move {
@@ -283,6 +486,10 @@ pub async fn native_lateness(
         samples,
         expected,
         peak_rss_mib: f64::NAN,
+        cpu: Vec::new(),
+        api_answered: 0,
+        api_failed: 0,
+        metrics: None,
     })
 }
 
@@ -296,10 +503,10 @@ where
 {
     let start_wall = Utc::now() + chrono::Duration::from_std(lead).expect("lead");
     let start = tokio::time::Instant::now();
-    let step = Duration::from_secs_f64(1.0 / rate as f64);
+    let step = Duration::from_secs_f64(1.0 / f64::from(rate));
     let mut acks = Vec::with_capacity(count);
     for i in 0..count {
-        let offset = step * i as u32;
+        let offset = step.mul_f64(i as f64);
         tokio::time::sleep_until(start + offset).await;
         let due = start_wall + chrono::Duration::from_std(offset).expect("offset");
         acks.push(publish(i, due).await.expect("publish"));
@@ -368,17 +575,16 @@ pub struct CatchUp {
     pub peak_rss_mib: f64,
 }
 
-/// `n` overdue timers in the database when the daemon starts: time from process start to the
+/// Overdue timers in the database when the daemon starts: time from process start to the
 /// first `DueTimeReached`, and to the last timer marked `Reached`.
-pub async fn catch_up(bench: &Bench, base: &Path) -> CatchUp {
-    bench.prepare_db(Some(base)).await;
-    let mut subscriber = bench
+pub async fn catch_up(world: &World, settings: &Settings) -> CatchUp {
+    let mut subscriber = world
         .client
         .subscribe("timer.evt.due.>")
         .await
         .expect("subscribe");
-    bench.client.flush().await.expect("flush");
-    let daemon = bench.start_daemon("catch-up");
+    world.client.flush().await.expect("flush");
+    let daemon = world.daemon(settings);
     let first = tokio::time::timeout(Duration::from_secs(60), subscriber.next())
         .await
         .ok()
@@ -386,12 +592,8 @@ pub async fn catch_up(bench: &Bench, base: &Path) -> CatchUp {
         .map(|_| daemon.started.elapsed().as_secs_f64())
         .unwrap_or(f64::NAN);
     drop(subscriber);
-    let observer = Observer::open(&bench.db_path()).await;
-    while observer
-        .count("SELECT count(*) FROM timer_schedules WHERE state = 'Scheduled'")
-        .await
-        > 0
-    {
+    let observer = world.observer().await;
+    while observer.pending().await > 0 {
         assert!(
             daemon.started.elapsed() < Duration::from_secs(1200),
             "catch-up stalled"

@@ -3,12 +3,16 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_create_timer_schedules;
+mod m20261122_000002_cancel_and_claims;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261122_000001_create_timer_schedules::Migration)]
+        vec![
+            Box::new(m20261122_000001_create_timer_schedules::Migration),
+            Box::new(m20261122_000002_cancel_and_claims::Migration),
+        ]
     }
 }

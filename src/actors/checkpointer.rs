@@ -7,23 +7,40 @@
 //! steady load the writer seldom finds the WAL both fully copied and unused, so the file keeps
 //! growing; once it passes [`TRUNCATE_ABOVE_PAGES`] and is fully copied, a `TRUNCATE`
 //! checkpoint empties it, holding the writer off only for as long as truncating takes.
+//!
+//! Like Persistence, it treats storage faults as outages: a failed checkpoint closes its
+//! connection, the next attempt (after a backoff) opens a fresh one, and it never fails the
+//! actor. It also reopens when the path names another file than the one it has open.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use sea_orm::DatabaseConnection;
+
+use super::supervisor::NamedActor;
+use sea_orm::{DatabaseConnection, DbErr};
 
 use crate::persistence::SqliteSettings;
-use crate::persistence::db::{CheckpointMode, checkpoint, connect};
+use crate::persistence::db::{
+    Checkpoint, CheckpointMode, DatabaseTarget, FileIdentity, checkpoint, connect,
+};
 
 /// How often the WAL is checkpointed.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// WAL size (pages of 4 KiB) above which a fully copied WAL is emptied.
 pub const TRUNCATE_ABOVE_PAGES: i64 = 65_536;
+/// While checkpoints fail, every this many attempts is logged as a warning (the others at
+/// debug). Attempts themselves are not spaced out: a failing checkpoint costs little, and once
+/// space is back the WAL stops growing into it only after a checkpoint.
+const WARN_EVERY: u32 = 60;
 
+#[derive(Default)]
 pub struct Checkpointer;
+
+impl NamedActor for Checkpointer {
+    const NAME: &'static str = "checkpointer";
+}
 
 #[derive(Debug, Clone)]
 pub struct CheckpointerArgs {
@@ -32,14 +49,16 @@ pub struct CheckpointerArgs {
 }
 
 pub struct CheckpointerState {
-    db: DatabaseConnection,
+    args: CheckpointerArgs,
+    /// The open connection and the file it opened; `None` after a failure.
+    db: Option<(DatabaseConnection, FileIdentity)>,
     tick: Option<JoinHandle<()>>,
+    /// Consecutive failed attempts.
+    failures: u32,
 }
 
 pub enum CheckpointerMsg {
     Checkpoint,
-    /// Fault hook: fail as a crash would (drills and tests of supervision).
-    Fail(String),
 }
 
 impl Actor for Checkpointer {
@@ -52,14 +71,11 @@ impl Actor for Checkpointer {
         _myself: ActorRef<Self::Msg>,
         args: CheckpointerArgs,
     ) -> Result<CheckpointerState, ActorProcessingErr> {
-        // A small cache: checkpointing reads the WAL, not the tables.
-        let settings = SqliteSettings {
-            cache_kib: 2_048,
-            ..args.sqlite
-        };
         Ok(CheckpointerState {
-            db: connect(&args.db_path, &settings).await?,
+            args,
+            db: None,
             tick: None,
+            failures: 0,
         })
     }
 
@@ -81,7 +97,9 @@ impl Actor for Checkpointer {
         if let Some(tick) = state.tick.take() {
             tick.abort();
         }
-        state.db.clone().close().await?;
+        if let Some((db, _)) = state.db.take() {
+            db.close().await?;
+        }
         Ok(())
     }
 
@@ -94,27 +112,77 @@ impl Actor for Checkpointer {
         match message {
             CheckpointerMsg::Checkpoint => {
                 let started = std::time::Instant::now();
-                let mut result = checkpoint(&state.db, CheckpointMode::Passive).await;
-                if let Ok(done) = &result
-                    && done.wal_pages > TRUNCATE_ABOVE_PAGES
-                    && done.checkpointed_pages == done.wal_pages
-                {
-                    result = checkpoint(&state.db, CheckpointMode::Truncate).await;
-                }
-                match result {
-                    Ok(done) => tracing::debug!(
-                        actor = "checkpointer",
-                        wal_pages = done.wal_pages,
-                        checkpointed_pages = done.checkpointed_pages,
-                        elapsed_us = started.elapsed().as_micros() as u64,
-                        "WAL checkpointed"
-                    ),
-                    Err(e) => tracing::warn!(actor = "checkpointer", error = %e,
-                        "WAL checkpoint failed; retrying at the next interval"),
+                match run_checkpoint(state).await {
+                    Ok(done) => {
+                        if state.failures > 0 {
+                            tracing::info!(
+                                actor = "checkpointer",
+                                attempts = state.failures,
+                                "WAL checkpoints work again"
+                            );
+                            state.failures = 0;
+                        }
+                        tracing::debug!(
+                            actor = "checkpointer",
+                            wal_pages = done.wal_pages,
+                            checkpointed_pages = done.checkpointed_pages,
+                            elapsed_us = started.elapsed().as_micros() as u64,
+                            "WAL checkpointed"
+                        )
+                    }
+                    Err(e) => {
+                        if let Some((db, _)) = state.db.take() {
+                            let _ = db.close().await;
+                        }
+                        state.failures += 1;
+                        if state.failures % WARN_EVERY == 1 {
+                            tracing::warn!(actor = "checkpointer", error = %e,
+                                attempt = state.failures, "WAL checkpoint failed; retrying each second");
+                        } else {
+                            tracing::debug!(actor = "checkpointer", error = %e,
+                                attempt = state.failures, "WAL checkpoint failed");
+                        }
+                    }
                 }
             }
-            CheckpointerMsg::Fail(reason) => return Err(reason.into()),
         }
         Ok(())
     }
+}
+
+/// One checkpoint on a connection to the file now at the path: opened when missing, reopened
+/// when the path names another file. A small cache: checkpointing reads the WAL, not the tables.
+async fn run_checkpoint(state: &mut CheckpointerState) -> Result<Checkpoint, DbErr> {
+    let path = &state.args.db_path;
+    let current = FileIdentity::of(path)
+        .map_err(|e| DbErr::Custom(format!("database file {}: {e}", path.display())))?;
+    if state
+        .db
+        .as_ref()
+        .is_some_and(|(_, opened)| *opened != current)
+    {
+        tracing::warn!(actor = "checkpointer", db_path = %path.display(),
+            "the database file was replaced; reopening it");
+        if let Some((db, _)) = state.db.take() {
+            let _ = db.close().await;
+        }
+    }
+    if state.db.is_none() {
+        let target = DatabaseTarget::Sqlite {
+            path: path.clone(),
+            settings: SqliteSettings {
+                cache_kib: 2_048,
+                ..state.args.sqlite.clone()
+            },
+        };
+        state.db = Some((connect(&target, 1).await?, current));
+    }
+    let Some((db, _)) = &state.db else {
+        return Err(DbErr::Custom("no connection".into()));
+    };
+    let done = checkpoint(db, CheckpointMode::Passive).await?;
+    if done.wal_pages > TRUNCATE_ABOVE_PAGES && done.checkpointed_pages == done.wal_pages {
+        return checkpoint(db, CheckpointMode::Truncate).await;
+    }
+    Ok(done)
 }

@@ -2,26 +2,34 @@
 //! Persistence in one transaction and acknowledges them to the broker only after the commit.
 //!
 //! A crash before the ack means the broker delivers the commands again, and the upsert is
-//! idempotent. Up to [`STORE_PIPELINE_DEPTH`] batches are being stored at once: the next batch
-//! is pulled and validated while Persistence commits the previous one, and Persistence applies
-//! them in the order they were handed over. A bad command is reported (`TimerCommandRejected`), logged and terminated on the
-//! broker; it never holds up the good commands around it.
+//! idempotent. Up to [`STORE_PIPELINE_DEPTH`] transactions are under way at once, and while
+//! they are, what is pulled meanwhile is gathered (up to [`GROUP_MAX`] commands) into the next
+//! one: one pull still takes at most `batch_size` commands, but under load every commit carries
+//! thousands, so a small `batch_size` costs no throughput. Persistence applies the
+//! transactions in the order they were handed over. A bad command is reported (`TimerCommandRejected`),
+//! logged and terminated on the broker; it never holds up the good commands around it.
+//!
+//! When a batch cannot be stored (a full disk, a locked or vanished file) its commands are
+//! handed back to the broker, unacknowledged, and the handler stops pulling: it waits a
+//! backoff, then lets one batch at a time probe the database until one is stored, and resumes
+//! by itself. Commands wait in JetStream meanwhile, and each attempt logs one error.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::join_all;
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::poller::PollerMsg;
+use super::poller::{Poller, PollerMsg};
 use super::registry::Registry;
+use super::supervisor::NamedActor;
 use crate::backoff;
 use crate::domain::command::generated_correlation_id;
 use crate::domain::events::{rejection_message_id, timer_command_rejected};
-use crate::domain::timer::newest_per_key;
-use crate::domain::{Rejection, Subjects, TimerEntry, parse_schedule_timer};
+use crate::domain::{Action, Arrival, Command, Rejection, Subjects, parse_command};
 use crate::ports::{
     Clock, CommandSource, CommandSourceFactory, Delivery, EventBus, InboundCommand, OutgoingEvent,
 };
@@ -29,16 +37,26 @@ use crate::ports::{
 /// How long one pull waits for commands before the actor looks at its mailbox again; also the
 /// longest a graceful stop waits for a pull request in flight.
 const FETCH_WAIT: Duration = Duration::from_millis(500);
-/// Delay before the broker redelivers commands that could not be stored.
-const REDELIVERY_DELAY: Duration = Duration::from_secs(1);
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_SOURCE_BACKOFF: Duration = Duration::from_secs(5);
-/// Batches handed to Persistence and not yet acknowledged, at most.
+/// Longest wait between two attempts to store while the database fails.
+const MAX_STORE_BACKOFF: Duration = Duration::from_secs(5);
+/// Transactions handed to Persistence and not yet acknowledged, at most.
 pub const STORE_PIPELINE_DEPTH: usize = 2;
+/// Most commands gathered into one transaction while others are under way (with the
+/// transactions in flight, well under the consumer's 10,000 unacknowledged commands).
+pub const GROUP_MAX: usize = 2_000;
+/// How long a pull waits for more while commands are already gathered: only what is there.
+const GATHER_WAIT: Duration = Duration::from_millis(1);
 /// How long a batch may wait for its commit before it is handed back to the broker.
 const STORE_TIMEOUT: Duration = Duration::from_secs(30);
 
+#[derive(Default)]
 pub struct CommandHandler;
+
+impl NamedActor for CommandHandler {
+    const NAME: &'static str = "command_handler";
+}
 
 #[derive(Clone)]
 pub struct CommandHandlerArgs {
@@ -51,20 +69,33 @@ pub struct CommandHandlerArgs {
     pub max_command_bytes: usize,
 }
 
+/// What became of one batch: stored and acknowledged, or handed back to the broker because it
+/// could not be stored (the cause).
+type Stored = Result<(), String>;
+
 pub struct CommandHandlerState {
     args: CommandHandlerArgs,
     source: Box<dyn CommandSource>,
     /// Consecutive failed pulls, for the backoff while the broker is away.
     failed_pulls: u32,
-    /// Batches being committed and acknowledged, oldest first.
-    storing: VecDeque<JoinHandle<()>>,
+    /// Transactions being committed and acknowledged, oldest first.
+    storing: VecDeque<JoinHandle<Stored>>,
+    /// Accepted commands (and their deliveries) waiting for room in the pipeline, to be stored
+    /// together as the next transaction.
+    gathered: Vec<Command>,
+    gathered_deliveries: Vec<Box<dyn Delivery>>,
+    /// Consecutive attempts that could not store their batch; while non-zero, one batch at a
+    /// time is handed to Persistence.
+    failed_stores: u32,
+    /// Outcomes collected since the last check: whether a batch was stored, and the last cause
+    /// of a batch that was not.
+    stored_any: bool,
+    store_failure: Option<String>,
 }
 
 pub enum CommandHandlerMsg {
     /// Pull the next batch.
     Fetch,
-    /// Fault hook: fail as a crash would (drills and tests of supervision).
-    Fail(String),
 }
 
 impl Actor for CommandHandler {
@@ -82,6 +113,11 @@ impl Actor for CommandHandler {
             args,
             failed_pulls: 0,
             storing: VecDeque::new(),
+            gathered: Vec::new(),
+            gathered_deliveries: Vec::new(),
+            failed_stores: 0,
+            stored_any: false,
+            store_failure: None,
         })
     }
 
@@ -115,8 +151,12 @@ impl Actor for CommandHandler {
             Err(e) => tracing::warn!(actor = "command_handler", error = %e,
                 "could not drain the open pull request; the broker will redeliver"),
         }
-        while let Some(storing) = state.storing.pop_front() {
-            let _ = storing.await;
+        while !state.gathered.is_empty() {
+            settle_oldest(state).await;
+            store_gathered(state);
+        }
+        while !state.storing.is_empty() {
+            settle_oldest(state).await;
         }
         Ok(())
     }
@@ -129,19 +169,33 @@ impl Actor for CommandHandler {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             CommandHandlerMsg::Fetch => {
-                match state
-                    .source
-                    .next_batch(state.args.batch_size, FETCH_WAIT)
-                    .await
-                {
+                if let Some(delay) = storage_backoff(state).await {
+                    myself.send_after(delay, || CommandHandlerMsg::Fetch);
+                    return Ok(());
+                }
+                store_gathered(state);
+                if state.gathered.len() >= GROUP_MAX {
+                    // A full group waits for room: the oldest transaction to finish.
+                    settle_oldest(state).await;
+                    store_gathered(state);
+                    myself.cast(CommandHandlerMsg::Fetch)?;
+                    return Ok(());
+                }
+                let gathering = !state.gathered.is_empty();
+                let wait = if gathering { GATHER_WAIT } else { FETCH_WAIT };
+                match state.source.next_batch(state.args.batch_size, wait).await {
                     Ok(commands) => {
                         if state.failed_pulls > 0 {
                             tracing::info!(actor = "command_handler", "pulling commands again");
                             state.failed_pulls = 0;
                         }
-                        if !commands.is_empty() {
+                        if commands.is_empty() && gathering {
+                            // Nothing more to gather now: wait for room for what is gathered.
+                            settle_oldest(state).await;
+                        } else if !commands.is_empty() {
                             handle_batch(state, commands).await;
                         }
+                        store_gathered(state);
                         myself.cast(CommandHandlerMsg::Fetch)?;
                     }
                     Err(e) => {
@@ -157,29 +211,34 @@ impl Actor for CommandHandler {
                     }
                 }
             }
-            CommandHandlerMsg::Fail(reason) => return Err(reason.into()),
         }
         Ok(())
     }
 }
 
-/// Validates, stores, reports and settles one batch.
+/// Validates one pulled batch: rejections are reported and settled at once, accepted commands
+/// join the gathered ones for the next transaction.
 async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundCommand>) {
     let args = &state.args;
     let now = args.clock.now();
-    let mut accepted: Vec<TimerEntry> = Vec::with_capacity(commands.len());
+    let mut accepted: Vec<Command> = Vec::with_capacity(commands.len());
     let mut to_ack: Vec<Box<dyn Delivery>> = Vec::with_capacity(commands.len());
     let mut rejected: Vec<(InboundCommand, Rejection)> = Vec::new();
     for command in commands {
-        match parse_schedule_timer(
+        let arrival = Arrival {
+            seq: command.sequence,
+            at: now,
+        };
+        match parse_command(
             &args.subjects,
             &command.subject,
             &command.payload,
             args.max_command_bytes,
+            arrival,
             generated_correlation_id,
         ) {
-            Ok(timer) => {
-                accepted.push(TimerEntry::scheduled(timer, command.sequence, now));
+            Ok(accepted_command) => {
+                accepted.push(accepted_command);
                 to_ack.push(command.delivery);
             }
             Err(rejection) => rejected.push((command, rejection)),
@@ -188,48 +247,106 @@ async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundComm
     if !rejected.is_empty() {
         reject(args, rejected).await;
     }
-    if accepted.is_empty() {
-        return;
-    }
-    while state.storing.len() >= STORE_PIPELINE_DEPTH {
-        if let Some(oldest) = state.storing.pop_front() {
-            let _ = oldest.await;
+    state.gathered.extend(accepted);
+    state.gathered_deliveries.extend(to_ack);
+}
+
+/// Hands what is gathered to Persistence as one transaction, when the pipeline has room; also
+/// notes the outcome of transactions that have finished.
+fn store_gathered(state: &mut CommandHandlerState) {
+    while let Some(oldest) = state.storing.front_mut() {
+        // Collects a finished transaction's outcome without waiting for an unfinished one.
+        match (&mut *oldest).now_or_never() {
+            Some(outcome) => {
+                state.storing.pop_front();
+                match outcome {
+                    Ok(Ok(())) => state.stored_any = true,
+                    Ok(Err(cause)) => state.store_failure = Some(cause),
+                    Err(e) => state.store_failure = Some(format!("storing task failed: {e}")),
+                }
+            }
+            None => break,
         }
     }
-    if let Some(storing) = store(&state.args, accepted, to_ack).await {
-        state.storing.push_back(storing);
+    if state.gathered.is_empty() || state.storing.len() >= STORE_PIPELINE_DEPTH {
+        return;
+    }
+    let commands = std::mem::take(&mut state.gathered);
+    let deliveries = std::mem::take(&mut state.gathered_deliveries);
+    let storing = store(&state.args, commands, deliveries);
+    state.storing.push_back(storing);
+}
+
+/// Waits for the oldest batch being stored and notes its outcome.
+async fn settle_oldest(state: &mut CommandHandlerState) {
+    let Some(oldest) = state.storing.pop_front() else {
+        return;
+    };
+    match oldest.await {
+        Ok(Ok(())) => state.stored_any = true,
+        Ok(Err(cause)) => state.store_failure = Some(cause),
+        Err(e) => state.store_failure = Some(format!("storing task failed: {e}")),
     }
 }
 
-/// Hands the accepted commands to Persistence and returns the task that acknowledges them to the
-/// broker once committed (or hands them back for redelivery if the commit fails).
-async fn store(
-    args: &CommandHandlerArgs,
-    accepted: Vec<TimerEntry>,
-    to_ack: Vec<Box<dyn Delivery>>,
-) -> Option<JoinHandle<()>> {
-    let earliest = accepted.iter().map(|t| t.due_at).min();
-    let received = accepted.len();
-    for timer in &accepted {
-        tracing::debug!(actor = "command_handler", tenant_id = %timer.tenant_id,
-            service_call_id = %timer.service_call_id, due_at = %timer.due_at,
-            sequence = timer.command_seq, "ScheduleTimer accepted");
-    }
-    let committed = match args
-        .registry
-        .persistence()
-        .upsert_queued(newest_per_key(accepted))
+/// Before each pull: collects the outcomes of batches being stored (all of them while the
+/// database is failing, so that one batch at a time probes it) and, when one could not be
+/// stored, returns how long to wait before pulling again. Logs one error per failed attempt.
+async fn storage_backoff(state: &mut CommandHandlerState) -> Option<Duration> {
+    while state
+        .storing
+        .front()
+        .is_some_and(|oldest| oldest.is_finished() || state.failed_stores > 0)
     {
-        Ok(committed) => committed,
-        Err(e) => {
-            tracing::error!(actor = "command_handler", error = %e, count = received,
-                "commands not stored; asking the broker to redeliver them");
-            join_all(to_ack.iter().map(|d| d.nak(REDELIVERY_DELAY))).await;
-            return None;
-        }
-    };
+        settle_oldest(state).await;
+    }
+    if let Some(cause) = state.store_failure.take() {
+        state.stored_any = false;
+        state.failed_stores += 1;
+        let delay = backoff::exponential(state.failed_stores, FIRST_RETRY, MAX_STORE_BACKOFF);
+        tracing::error!(actor = "command_handler", error = %cause, attempt = state.failed_stores,
+            retry_in_ms = delay.as_millis() as u64,
+            "commands not stored; they stay in the broker and are retried");
+        return Some(delay);
+    }
+    if std::mem::take(&mut state.stored_any) && state.failed_stores > 0 {
+        tracing::info!(
+            actor = "command_handler",
+            attempts = state.failed_stores,
+            "storing commands again"
+        );
+        state.failed_stores = 0;
+    }
+    None
+}
+
+/// Hands the accepted commands to Persistence and returns the task that acknowledges them to the
+/// broker once committed, or hands them back for redelivery if the commit fails.
+fn store(
+    args: &CommandHandlerArgs,
+    accepted: Vec<Command>,
+    to_ack: Vec<Box<dyn Delivery>>,
+) -> JoinHandle<Stored> {
+    let earliest = accepted
+        .iter()
+        .filter_map(|c| match c.action {
+            Action::Schedule { due_at } => Some(due_at),
+            Action::Cancel => None,
+        })
+        .min();
+    let received = accepted.len();
+    for command in &accepted {
+        tracing::debug!(actor = "command_handler", tenant_id = %command.tenant_id,
+            service_call_id = %command.service_call_id, action = ?command.action,
+            sequence = command.seq, "command accepted");
+    }
+    let queued = args.registry.persistence().apply_queued(accepted);
     let registry = args.registry.clone();
-    Some(tokio::spawn(async move {
+    tokio::spawn(async move {
+        let committed = match queued {
+            Ok(committed) => committed,
+            Err(e) => return hand_back(&to_ack, e.to_string()).await,
+        };
         let failure = match tokio::time::timeout(STORE_TIMEOUT, committed).await {
             Ok(Ok(Ok(written))) => {
                 let acks = join_all(to_ack.iter().map(|d| d.ack())).await;
@@ -247,19 +364,28 @@ async fn store(
                     written,
                     "commands stored and acknowledged"
                 );
-                if let (Some(at), Some(poller)) = (earliest, registry.poller()) {
+                metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "stored")
+                    .increment(received as u64);
+                if let (Some(at), Some(poller)) =
+                    (earliest, registry.get::<PollerMsg>(Poller::NAME))
+                {
                     let _ = poller.cast(PollerMsg::WakeAt(at));
                 }
-                return;
+                return Ok(());
             }
             Ok(Ok(Err(e))) => e.to_string(),
             Ok(Err(_)) => "persistence stopped before answering".to_owned(),
             Err(_) => format!("no commit within {STORE_TIMEOUT:?}"),
         };
-        tracing::error!(actor = "command_handler", error = %failure, count = received,
-            "commands not stored; asking the broker to redeliver them");
-        join_all(to_ack.iter().map(|d| d.nak(REDELIVERY_DELAY))).await;
-    }))
+        hand_back(&to_ack, failure).await
+    })
+}
+
+/// Hands commands that could not be stored back to the broker for redelivery (at once: the
+/// handler itself decides when to pull again), never acknowledging them.
+async fn hand_back(to_ack: &[Box<dyn Delivery>], cause: String) -> Stored {
+    join_all(to_ack.iter().map(|d| d.nak(Duration::ZERO))).await;
+    Err(format!("{cause} ({} commands)", to_ack.len()))
 }
 
 /// Reports each refused command on the rejection subject, then terminates it on the broker.
@@ -269,7 +395,7 @@ async fn reject(args: &CommandHandlerArgs, rejected: Vec<(InboundCommand, Reject
     for (command, rejection) in &rejected {
         tracing::warn!(actor = "command_handler", tenant_id = %rejection.tenant_id,
             subject = %command.subject, sequence = command.sequence, reason = %rejection.reason,
-            "ScheduleTimer rejected");
+            "command rejected");
         let envelope = timer_command_rejected(
             &rejection.tenant_id,
             &rejection.reason,
@@ -294,4 +420,6 @@ async fn reject(args: &CommandHandlerArgs, rejected: Vec<(InboundCommand, Reject
         }
     }
     join_all(rejected.iter().map(|(command, _)| command.delivery.term())).await;
+    metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "rejected")
+        .increment(rejected.len() as u64);
 }

@@ -2,15 +2,20 @@
 //!
 //! It wakes at the exact instant the earliest `Scheduled` timer is due (and earlier when the
 //! CommandHandler reports a new, earlier one); the periodic tick is only a safety net. On each
-//! wake it reads what is due from Persistence (the database is the truth; memory holds only the
-//! next wake-up and the batches in flight), publishes `DueTimeReached` through the EventBus,
+//! wake it claims what is due through Persistence (the database is the truth; memory holds only
+//! the next wake-up and the batches in flight; the claim is the committed "picked for firing"
+//! that a racing cancel loses to), publishes `DueTimeReached` through the EventBus,
 //! and once the broker has acknowledged them marks exactly those timers `Reached`. A timer whose
 //! publish failed stays `Scheduled` and is retried after a backoff.
 //!
-//! Up to [`PIPELINE_DEPTH`] batches are in flight at once: while the broker acknowledges one,
-//! Persistence already reads the next (after the last timer in flight, so none is published
-//! twice) or marks the previous one. Memory stays bounded by depth × batch size, whatever the
-//! number of pending timers.
+//! Timers the broker acknowledged but that could not be marked `Reached` (the database fails)
+//! are kept and marked, with backoff, before anything new is read or fired: re-reading them
+//! while still `Scheduled` would publish them again.
+//!
+//! Several batches are in flight at once ([`pipeline_depth`]): while the broker acknowledges
+//! some, Persistence already claims the next (after the last timer in flight, so none is
+//! published twice), and every batch whose publish has finished is marked in one transaction.
+//! Memory stays bounded by about [`IN_FLIGHT_TIMERS`], whatever the number of pending timers.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -22,19 +27,33 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot::error::TryRecvError;
 
 use super::registry::Registry;
+use super::supervisor::NamedActor;
 use crate::backoff;
 use crate::domain::events::{due_message_id, due_time_reached};
-use crate::domain::{DuePosition, Subjects, TimerEntry};
+use crate::domain::{DuePosition, DueTimer, Subjects};
 use crate::ports::{Clock, EventBus, OutgoingEvent};
 
-/// Batches published but not yet marked, at most.
-pub const PIPELINE_DEPTH: usize = 2;
+/// About this many timers are in flight (claimed and being published) at once, whatever the
+/// batch size: a small `batch_size` (one claim takes at most that many) then costs no
+/// throughput, as more batches travel together.
+pub const IN_FLIGHT_TIMERS: usize = 1_000;
+
+/// Batches in flight at most: enough for [`IN_FLIGHT_TIMERS`], and never fewer than two, so
+/// that one is being claimed while another is published.
+pub fn pipeline_depth(batch_size: usize) -> usize {
+    (IN_FLIGHT_TIMERS / batch_size.max(1)).max(2)
+}
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
 /// How long a graceful stop waits for the batches in flight to be acknowledged and marked.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+#[derive(Default)]
 pub struct Poller;
+
+impl NamedActor for Poller {
+    const NAME: &'static str = "poller";
+}
 
 #[derive(Clone)]
 pub struct PollerArgs {
@@ -58,6 +77,8 @@ pub struct PollerState {
     in_flight: VecDeque<OneshotReceiver<Published>>,
     /// The last timer handed to the bus; while batches are in flight, reading resumes after it.
     cursor: Option<DuePosition>,
+    /// Published and acknowledged, not yet marked `Reached` because the mark failed.
+    unmarked: Vec<Published>,
     /// Consecutive failed rounds, for the retry backoff.
     failed_rounds: u32,
     /// After a failure, no batch starts before this instant (monotonic: a backoff is about
@@ -74,15 +95,16 @@ pub enum PollerMsg {
     WakeAt(DateTime<Utc>),
     /// A batch in flight finished publishing.
     BatchPublished,
-    /// Fault hook: fail as a crash would (drills and tests of supervision).
-    Fail(String),
 }
 
 /// What the broker made of one batch.
 pub struct Published {
-    /// Acknowledged by the broker: to be marked `Reached`.
-    fired: Vec<TimerEntry>,
+    /// Acknowledged by the broker: to be marked `Reached` (shared, so a mark can be retried
+    /// without copying the batch).
+    fired: Arc<[DueTimer]>,
     reached_at: DateTime<Utc>,
+    /// When the round began (the claim): `timer_polling_duration_seconds` runs to the mark.
+    started: std::time::Instant,
     /// The first error, when some were not acknowledged (they stay `Scheduled`).
     error: Option<String>,
 }
@@ -103,6 +125,7 @@ impl Actor for Poller {
             wake: None,
             in_flight: VecDeque::new(),
             cursor: None,
+            unmarked: Vec::new(),
             failed_rounds: 0,
             backoff_until: None,
         })
@@ -134,12 +157,18 @@ impl Actor for Poller {
         }
         while let Some(batch) = state.in_flight.pop_front() {
             match tokio::time::timeout(STOP_GRACE, batch).await {
-                Ok(Ok(published)) => settle(&myself, state, published).await,
+                Ok(Ok(published)) => settle(&myself, state, vec![published]).await,
                 _ => tracing::warn!(
                     actor = "poller",
                     "a batch in flight did not finish before the stop; it will be published again"
                 ),
             }
+        }
+        if !mark_unmarked(state).await {
+            tracing::warn!(
+                actor = "poller",
+                "published timers could not be marked Reached before the stop; they will be published again"
+            );
         }
         Ok(())
     }
@@ -153,12 +182,13 @@ impl Actor for Poller {
         match message {
             PollerMsg::Tick | PollerMsg::Wake => fill(&myself, state).await,
             PollerMsg::BatchPublished => {
-                // Settle, oldest first, every batch whose outcome is in.
+                // Settle, oldest first, every batch whose outcome is in: one mark for them all.
+                let mut settled = Vec::new();
                 while let Some(batch) = state.in_flight.front_mut() {
                     match batch.try_recv() {
                         Ok(published) => {
                             state.in_flight.pop_front();
-                            settle(&myself, state, published).await;
+                            settled.push(published);
                         }
                         Err(TryRecvError::Empty) => break,
                         Err(TryRecvError::Closed) => {
@@ -171,6 +201,7 @@ impl Actor for Poller {
                         }
                     }
                 }
+                settle(&myself, state, settled).await;
                 if state.in_flight.is_empty() {
                     state.cursor = None;
                 }
@@ -181,7 +212,6 @@ impl Actor for Poller {
                     wake_at(&myself, state, at);
                 }
             }
-            PollerMsg::Fail(reason) => return Err(reason.into()),
         }
         Ok(())
     }
@@ -217,7 +247,7 @@ fn wake_in(myself: &ActorRef<PollerMsg>, state: &mut PollerState, delay: Duratio
 /// arranges the wake-up for the next `dueAt`.
 async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     let persistence = state.args.registry.persistence();
-    while state.in_flight.len() < PIPELINE_DEPTH {
+    while state.in_flight.len() < pipeline_depth(state.args.batch_size) {
         if let Some(until) = state.backoff_until {
             let now = tokio::time::Instant::now();
             if now < until {
@@ -225,14 +255,28 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
             }
             state.backoff_until = None;
         }
+        if !state.unmarked.is_empty() {
+            if !state.in_flight.is_empty() {
+                // Marked once the batches in flight are settled.
+                return;
+            }
+            if !mark_unmarked(state).await {
+                return retry_later(myself, state);
+            }
+            tracing::info!(
+                actor = "poller",
+                "published timers marked Reached after failures"
+            );
+        }
         let now = state.args.clock.now();
+        let started = std::time::Instant::now();
         let after = if state.in_flight.is_empty() {
             None
         } else {
             state.cursor.clone()
         };
         let batch = match persistence
-            .find_due(now, after, state.args.batch_size)
+            .claim_due(now, after, state.args.batch_size)
             .await
         {
             Ok(batch) => batch,
@@ -244,9 +288,13 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
         let full = batch.timers.len() >= state.args.batch_size;
         if let Some(last) = batch.timers.last() {
             state.cursor = Some(last.position());
-            state
-                .in_flight
-                .push_back(spawn_publish(myself, &state.args, batch.timers, now));
+            state.in_flight.push_back(spawn_publish(
+                myself,
+                &state.args,
+                batch.timers,
+                now,
+                started,
+            ));
         }
         if !full {
             if !state.in_flight.is_empty() && batch.next_due_at.is_none() {
@@ -272,13 +320,14 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
 fn spawn_publish(
     myself: &ActorRef<PollerMsg>,
     args: &PollerArgs,
-    due: Vec<TimerEntry>,
+    due: Vec<DueTimer>,
     reached_at: DateTime<Utc>,
+    started: std::time::Instant,
 ) -> OneshotReceiver<Published> {
     let (myself, bus, subjects) = (myself.clone(), args.bus.clone(), args.subjects.clone());
     let (outcome, receiver) = ractor::concurrency::oneshot();
     tokio::spawn(async move {
-        let published = publish(bus.as_ref(), &subjects, due, reached_at).await;
+        let published = publish(bus.as_ref(), &subjects, due, reached_at, started).await;
         if outcome.send(published).is_ok() {
             let _ = myself.cast(PollerMsg::BatchPublished);
         }
@@ -286,23 +335,22 @@ fn spawn_publish(
     receiver
 }
 
-/// Marks what the broker acknowledged; schedules a retry for what it did not.
-async fn settle(myself: &ActorRef<PollerMsg>, state: &mut PollerState, published: Published) {
-    let count = published.fired.len();
-    if count > 0 {
-        let persistence = state.args.registry.persistence();
-        if let Err(e) = persistence
-            .mark_reached(published.fired, published.reached_at)
-            .await
-        {
-            // The events are out; the rows stay Scheduled and are published again, with the
-            // same Nats-Msg-Id, so the broker drops the duplicate inside its window.
-            tracing::error!(actor = "poller", error = %e, count,
-                "published timers could not be marked Reached; they will be published again");
-            return retry_later(myself, state);
+/// Marks what the broker acknowledged, in one transaction for all the batches settled; schedules
+/// a retry for what it did not acknowledge.
+async fn settle(myself: &ActorRef<PollerMsg>, state: &mut PollerState, settled: Vec<Published>) {
+    let mut error = None;
+    for mut published in settled {
+        if let Some(e) = published.error.take() {
+            error.get_or_insert(e);
+        }
+        if !published.fired.is_empty() {
+            state.unmarked.push(published);
         }
     }
-    match published.error {
+    if !state.unmarked.is_empty() && !mark_unmarked(state).await {
+        return retry_later(myself, state);
+    }
+    match error {
         Some(error) => {
             tracing::warn!(actor = "poller", error = %error,
                 "DueTimeReached not acknowledged by the broker; timers stay Scheduled and are retried");
@@ -316,12 +364,46 @@ async fn settle(myself: &ActorRef<PollerMsg>, state: &mut PollerState, published
     }
 }
 
+/// Marks every published batch still waiting for its `Reached` mark, in one transaction;
+/// returns whether all are marked. What fails stays waiting (the events are out; the rows stay
+/// `Scheduled` until then) and one error is logged for the attempt.
+async fn mark_unmarked(state: &mut PollerState) -> bool {
+    let batches: Vec<(Arc<[DueTimer]>, DateTime<Utc>)> = state
+        .unmarked
+        .iter()
+        .map(|p| (p.fired.clone(), p.reached_at))
+        .collect();
+    match state
+        .args
+        .registry
+        .persistence()
+        .mark_reached(batches)
+        .await
+    {
+        Ok(marked) => {
+            metrics::counter!(crate::telemetry::SCHEDULES_PROCESSED).increment(marked);
+            let round = metrics::histogram!(crate::telemetry::POLLING_DURATION);
+            for published in state.unmarked.drain(..) {
+                round.record(published.started.elapsed().as_secs_f64());
+            }
+            true
+        }
+        Err(e) => {
+            let waiting: usize = state.unmarked.iter().map(|p| p.fired.len()).sum();
+            tracing::error!(actor = "poller", error = %e, waiting,
+                "published timers not marked Reached; retrying before firing more");
+            false
+        }
+    }
+}
+
 /// Publishes `DueTimeReached` for each timer, stamped `reached_at`.
 async fn publish(
     bus: &dyn EventBus,
     subjects: &Subjects,
-    due: Vec<TimerEntry>,
+    due: Vec<DueTimer>,
     reached_at: DateTime<Utc>,
+    started: std::time::Instant,
 ) -> Published {
     let mut events = Vec::with_capacity(due.len());
     let mut timers = Vec::with_capacity(due.len());
@@ -341,6 +423,7 @@ async fn publish(
         }
     }
     let results = bus.publish_all(events).await;
+    let lateness = metrics::histogram!(crate::telemetry::FIRE_LATENESS);
     let mut fired = Vec::with_capacity(timers.len());
     let mut error = None;
     for (timer, result) in timers.into_iter().zip(results) {
@@ -350,6 +433,8 @@ async fn publish(
                     service_call_id = %timer.service_call_id, due_at = %timer.due_at,
                     lateness_ms = (reached_at - timer.due_at).num_milliseconds(),
                     "DueTimeReached published");
+                let late = (reached_at - timer.due_at).to_std().unwrap_or_default();
+                lateness.record(late.as_secs_f64());
                 fired.push(timer);
             }
             Err(e) => {
@@ -358,8 +443,9 @@ async fn publish(
         }
     }
     Published {
-        fired,
+        fired: fired.into(),
         reached_at,
+        started,
         error,
     }
 }

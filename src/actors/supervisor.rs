@@ -1,27 +1,67 @@
-//! Supervisor: starts Persistence, Checkpointer, Poller and CommandHandler linked to itself, restarts a child
-//! that fails or stops unasked (after a backoff), and gives up — stopping the daemon with an
-//! error — when one child needs more restarts than allowed within the window, so the process
-//! manager takes over. Every start, stop, failure and restart is one log event naming the actor.
+//! Supervisor: starts its children from a table of [`ChildSpec`]s (in table order, linked to
+//! itself), restarts a child that fails or stops unasked (after a backoff), and gives up —
+//! stopping the daemon with an error — when one child needs more restarts than allowed within
+//! the window, so the process manager takes over. Every start, stop, failure and restart is one
+//! log event naming the actor.
+//!
+//! Adding an actor is adding one spec to the table the daemon hands over; nothing here names
+//! any particular child.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr,
     SupervisionEvent,
 };
 
-use super::checkpointer::{Checkpointer, CheckpointerArgs, CheckpointerMsg};
-use super::command_handler::{CommandHandler, CommandHandlerArgs, CommandHandlerMsg};
-use super::persistence::{Persistence, PersistenceArgs, PersistenceMsg};
-use super::poller::{Poller, PollerArgs, PollerMsg};
-use super::registry::{ActorKind, Registry};
+use super::registry::Registry;
 use crate::backoff;
 use crate::config::SupervisorSettings;
+use crate::health::Health;
 
 /// How long a child may take to stop gracefully before the shutdown moves on.
 const CHILD_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An actor the Supervisor can start: a unit struct with a name of its own, unique within a
+/// daemon (its registry name, and the `actor` field of its log lines).
+pub trait NamedActor: Actor + Default {
+    const NAME: &'static str;
+}
+
+type Spawn =
+    dyn Fn(String, ActorCell) -> BoxFuture<'static, Result<ActorCell, SpawnErr>> + Send + Sync;
+
+/// One child of the Supervisor: its name and how to (re)start it.
+#[derive(Clone)]
+pub struct ChildSpec {
+    pub name: &'static str,
+    spawn: Arc<Spawn>,
+}
+
+impl ChildSpec {
+    /// A child that is `A`, (re)started with a clone of `args` each time.
+    pub fn of<A>(args: A::Arguments) -> Self
+    where
+        A: NamedActor,
+        A::Arguments: Clone + Sync,
+    {
+        Self {
+            name: A::NAME,
+            spawn: Arc::new(move |registered, supervisor| {
+                let args = args.clone();
+                Box::pin(async move {
+                    let (actor, _) =
+                        Actor::spawn_linked(Some(registered), A::default(), args, supervisor)
+                            .await?;
+                    Ok(actor.get_cell())
+                })
+            }),
+        }
+    }
+}
 
 pub struct Supervisor;
 
@@ -30,28 +70,30 @@ pub struct Supervisor;
 pub struct SupervisorArgs {
     pub registry: Registry,
     pub settings: SupervisorSettings,
-    pub persistence: PersistenceArgs,
-    pub poller: PollerArgs,
-    pub command_handler: CommandHandlerArgs,
+    /// Where actors that are down are listed (readiness).
+    pub health: Health,
+    /// The children, in start order (shutdown runs in reverse): Persistence first, since the
+    /// others call it.
+    pub children: Vec<ChildSpec>,
     /// Where the Supervisor leaves the reason it stopped the daemon on its own.
     pub exit: Arc<Mutex<Option<String>>>,
 }
 
 pub struct SupervisorState {
     args: SupervisorArgs,
-    children: HashMap<ActorId, ActorKind>,
-    running: HashMap<ActorKind, ActorCell>,
-    restarts: HashMap<ActorKind, VecDeque<Instant>>,
+    children: HashMap<ActorId, &'static str>,
+    running: HashMap<&'static str, ActorCell>,
+    restarts: HashMap<&'static str, VecDeque<Instant>>,
     shutting_down: bool,
 }
 
 pub enum SupervisorMsg {
     /// Start a child again after its backoff.
-    Restart(ActorKind),
+    Restart(&'static str),
     /// Stop every child in reverse start order, then the Supervisor.
     Shutdown(RpcReplyPort<()>),
-    /// Fault hook: make one child fail as a crash would.
-    InjectFault(ActorKind, String),
+    /// Fault hook for drills and tests: kill one child as a crash would (no graceful stop).
+    InjectFault(String),
 }
 
 impl Actor for Supervisor {
@@ -72,9 +114,9 @@ impl Actor for Supervisor {
             restarts: HashMap::new(),
             shutting_down: false,
         };
-        for kind in ActorKind::START_ORDER {
-            start_child(&myself, &mut state, kind).await?;
-            tracing::info!(actor = %kind, "actor started");
+        for spec in state.args.children.clone() {
+            start_child(&myself, &mut state, &spec).await?;
+            tracing::info!(actor = spec.name, "actor started");
         }
         Ok(state)
     }
@@ -95,12 +137,16 @@ impl Actor for Supervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            SupervisorMsg::Restart(kind) if !state.shutting_down => {
-                match start_child(&myself, state, kind).await {
-                    Ok(()) => tracing::info!(actor = %kind, "actor restarted"),
+            SupervisorMsg::Restart(name) if !state.shutting_down => {
+                let Some(spec) = state.args.children.iter().find(|s| s.name == name).cloned()
+                else {
+                    return Ok(());
+                };
+                match start_child(&myself, state, &spec).await {
+                    Ok(()) => tracing::info!(actor = name, "actor restarted"),
                     Err(e) => {
-                        tracing::error!(actor = %kind, reason = %e, "actor failed to restart");
-                        child_down(&myself, state, kind).await;
+                        tracing::error!(actor = name, reason = %e, "actor failed to restart");
+                        child_down(&myself, state, name).await;
                     }
                 }
             }
@@ -111,7 +157,13 @@ impl Actor for Supervisor {
                 let _ = reply.send(());
                 myself.stop(Some("shutdown".into()));
             }
-            SupervisorMsg::InjectFault(kind, reason) => inject_fault(state, kind, reason),
+            SupervisorMsg::InjectFault(name) => match state.running.get(name.as_str()) {
+                Some(cell) => {
+                    tracing::warn!(actor = %name, "injecting fault: killing the actor");
+                    cell.kill();
+                }
+                None => tracing::warn!(actor = %name, "fault not injected: actor not running"),
+            },
         }
         Ok(())
     }
@@ -124,21 +176,21 @@ impl Actor for Supervisor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorFailed(cell, error) => {
-                if let Some(kind) = forget(state, &cell) {
-                    tracing::error!(actor = %kind, reason = %error, "actor failed");
+                if let Some(name) = forget(state, &cell) {
+                    tracing::error!(actor = name, reason = %error, "actor failed");
                     if !state.shutting_down {
-                        child_down(&myself, state, kind).await;
+                        child_down(&myself, state, name).await;
                     }
                 }
             }
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                if let Some(kind) = forget(state, &cell) {
+                if let Some(name) = forget(state, &cell) {
                     let reason = reason.unwrap_or_else(|| "none given".into());
                     if state.shutting_down {
-                        tracing::info!(actor = %kind, %reason, "actor stopped");
+                        tracing::info!(actor = name, %reason, "actor stopped");
                     } else {
-                        tracing::error!(actor = %kind, %reason, "actor stopped unexpectedly");
-                        child_down(&myself, state, kind).await;
+                        tracing::error!(actor = name, %reason, "actor stopped unexpectedly");
+                        child_down(&myself, state, name).await;
                     }
                 }
             }
@@ -151,60 +203,33 @@ impl Actor for Supervisor {
 async fn start_child(
     myself: &ActorRef<SupervisorMsg>,
     state: &mut SupervisorState,
-    kind: ActorKind,
+    spec: &ChildSpec,
 ) -> Result<(), SpawnErr> {
-    let name = Some(state.args.registry.name(kind));
-    let me = myself.get_cell();
-    let args = &state.args;
-    let cell = match kind {
-        ActorKind::Persistence => {
-            Actor::spawn_linked(name, Persistence, args.persistence.clone(), me)
-                .await?
-                .0
-                .get_cell()
-        }
-        ActorKind::Checkpointer => {
-            let checkpointer = CheckpointerArgs {
-                db_path: args.persistence.db_path.clone(),
-                sqlite: args.persistence.sqlite.clone(),
-            };
-            Actor::spawn_linked(name, Checkpointer, checkpointer, me)
-                .await?
-                .0
-                .get_cell()
-        }
-        ActorKind::Poller => Actor::spawn_linked(name, Poller, args.poller.clone(), me)
-            .await?
-            .0
-            .get_cell(),
-        ActorKind::CommandHandler => {
-            Actor::spawn_linked(name, CommandHandler, args.command_handler.clone(), me)
-                .await?
-                .0
-                .get_cell()
-        }
-    };
-    state.children.insert(cell.get_id(), kind);
-    state.running.insert(kind, cell);
+    let registered = state.args.registry.name(spec.name);
+    let cell = (spec.spawn)(registered, myself.get_cell()).await?;
+    state.children.insert(cell.get_id(), spec.name);
+    state.running.insert(spec.name, cell);
+    state.args.health.actor_up(spec.name);
     Ok(())
 }
 
-fn forget(state: &mut SupervisorState, cell: &ActorCell) -> Option<ActorKind> {
-    let kind = state.children.remove(&cell.get_id())?;
-    state.running.remove(&kind);
-    Some(kind)
+fn forget(state: &mut SupervisorState, cell: &ActorCell) -> Option<&'static str> {
+    let name = state.children.remove(&cell.get_id())?;
+    state.running.remove(name);
+    state.args.health.actor_down(name);
+    Some(name)
 }
 
-/// Counts a restart of `kind` in the sliding window and either schedules it after a backoff or,
-/// past the limit, stops the daemon.
+/// Counts a restart of `name` in the sliding window and either schedules it after a backoff
+/// or, past the limit, stops the daemon.
 async fn child_down(
     myself: &ActorRef<SupervisorMsg>,
     state: &mut SupervisorState,
-    kind: ActorKind,
+    name: &'static str,
 ) {
     let settings = state.args.settings.clone();
     let now = Instant::now();
-    let history = state.restarts.entry(kind).or_default();
+    let history = state.restarts.entry(name).or_default();
     while history
         .front()
         .is_some_and(|t| now.duration_since(*t) > settings.restart_window)
@@ -215,10 +240,10 @@ async fn child_down(
     let attempt = history.len();
     if attempt > settings.max_restarts {
         let reason = format!(
-            "{kind} needed more than {} restarts within {:?}",
+            "{name} needed more than {} restarts within {:?}",
             settings.max_restarts, settings.restart_window
         );
-        tracing::error!(actor = "supervisor", failed_actor = %kind, %reason,
+        tracing::error!(actor = "supervisor", failed_actor = name, %reason,
             "restart limit reached; stopping the daemon");
         if let Ok(mut exit) = state.args.exit.lock() {
             exit.get_or_insert(reason.clone());
@@ -232,17 +257,22 @@ async fn child_down(
         settings.min_backoff,
         settings.max_backoff,
     );
-    tracing::warn!(actor = %kind, attempt, delay_ms = delay.as_millis() as u64,
-        "restarting actor after backoff");
-    myself.send_after(delay, move || SupervisorMsg::Restart(kind));
+    tracing::warn!(
+        actor = name,
+        attempt,
+        delay_ms = delay.as_millis() as u64,
+        "restarting actor after backoff"
+    );
+    myself.send_after(delay, move || SupervisorMsg::Restart(name));
 }
 
-/// Stops the children in reverse start order: the CommandHandler first (no new commands),
-/// Persistence last (the others may still need it while they finish).
+/// Stops the children in reverse start order: the last started first (the ones that bring
+/// work in), Persistence last (the others may still need it while they finish).
 async fn stop_children(state: &mut SupervisorState) {
     state.shutting_down = true;
-    for kind in ActorKind::START_ORDER.iter().rev() {
-        let Some(cell) = state.running.remove(kind) else {
+    let names: Vec<&'static str> = state.args.children.iter().rev().map(|s| s.name).collect();
+    for name in names {
+        let Some(cell) = state.running.remove(name) else {
             continue;
         };
         state.children.remove(&cell.get_id());
@@ -250,36 +280,11 @@ async fn stop_children(state: &mut SupervisorState) {
             .stop_and_wait(Some("shutdown".into()), Some(CHILD_STOP_TIMEOUT))
             .await
         {
-            Ok(()) => tracing::info!(actor = %kind, reason = "shutdown", "actor stopped"),
+            Ok(()) => tracing::info!(actor = name, reason = "shutdown", "actor stopped"),
             Err(e) => {
-                tracing::warn!(actor = %kind, error = %e, "actor did not stop in time; killing it");
+                tracing::warn!(actor = name, error = %e, "actor did not stop in time; killing it");
                 cell.kill();
             }
         }
-    }
-}
-
-fn inject_fault(state: &SupervisorState, kind: ActorKind, reason: String) {
-    let Some(cell) = state.running.get(&kind) else {
-        tracing::warn!(actor = %kind, "fault not injected: actor not running");
-        return;
-    };
-    tracing::warn!(actor = %kind, %reason, "injecting fault");
-    let sent = match kind {
-        ActorKind::Persistence => ActorRef::<PersistenceMsg>::from(cell.clone())
-            .cast(PersistenceMsg::Fail(reason))
-            .is_ok(),
-        ActorKind::Checkpointer => ActorRef::<CheckpointerMsg>::from(cell.clone())
-            .cast(CheckpointerMsg::Fail(reason))
-            .is_ok(),
-        ActorKind::Poller => ActorRef::<PollerMsg>::from(cell.clone())
-            .cast(PollerMsg::Fail(reason))
-            .is_ok(),
-        ActorKind::CommandHandler => ActorRef::<CommandHandlerMsg>::from(cell.clone())
-            .cast(CommandHandlerMsg::Fail(reason))
-            .is_ok(),
-    };
-    if !sent {
-        tracing::warn!(actor = %kind, "fault not injected: actor mailbox closed");
     }
 }

@@ -1,6 +1,6 @@
-//! `ScheduleTimer`: parsing and validation of the one command the service accepts
-//! (CONTRACT.md §3). Every way a command can be wrong ends in a [`Rejection`] with a reason a
-//! person can act on; nothing here panics on input.
+//! `ScheduleTimer` and `CancelTimer`: parsing and validation of the commands the service
+//! accepts (CONTRACT.md §3). Every way a command can be wrong ends in a [`Rejection`] with a
+//! reason a person can act on; nothing here panics on input.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -8,11 +8,13 @@ use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::envelope::MessageEnvelope;
-use super::subjects::{Subjects, UNKNOWN_TENANT};
+use super::subjects::{CommandKind, Subjects, UNKNOWN_TENANT};
+use super::timer::{Action, Command};
 use super::timestamp::parse_due_at;
 
-/// The envelope `type` of the command.
+/// The envelope `type` of each command.
 pub const SCHEDULE_TIMER: &str = "ScheduleTimer";
+pub const CANCEL_TIMER: &str = "CancelTimer";
 const MAX_TENANT_ID_CHARS: usize = 64;
 const MAX_SERVICE_CALL_ID_CHARS: usize = 128;
 
@@ -27,14 +29,12 @@ pub struct ScheduleTimerPayload {
     pub correlation_id: Option<String>,
 }
 
-/// A command that passed every check: what the service stores.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScheduleTimer {
+/// `CancelTimer` payload as it appears on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelTimerPayload {
     pub tenant_id: String,
     pub service_call_id: String,
-    /// UTC, truncated to the millisecond.
-    pub due_at: DateTime<Utc>,
-    pub correlation_id: String,
 }
 
 /// Why a command was refused, and which tenant the refusal is reported to.
@@ -74,17 +74,26 @@ pub fn check_service_call_id(service_call_id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Where and when a command arrived: its JetStream stream sequence (the order of commands) and
+/// the instant the service accepted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    pub seq: u64,
+    pub at: DateTime<Utc>,
+}
+
 /// Parses and validates one command delivered on `subject`.
 ///
-/// `max_bytes` bounds the message size; `new_correlation_id` is called only when neither the
-/// payload nor the envelope carries a correlation id.
-pub fn parse_schedule_timer(
+/// `max_bytes` bounds the message size; `new_correlation_id` is called only when the command
+/// carries no correlation id (payload first, then envelope).
+pub fn parse_command(
     subjects: &Subjects,
     subject: &str,
     bytes: &[u8],
     max_bytes: usize,
+    arrival: Arrival,
     new_correlation_id: impl FnOnce() -> String,
-) -> Result<ScheduleTimer, Rejection> {
+) -> Result<Command, Rejection> {
     let report_to = subjects
         .command_tenant(subject)
         .filter(|t| check_tenant_id(t).is_ok())
@@ -101,10 +110,11 @@ pub fn parse_schedule_timer(
             bytes.len()
         )));
     }
-    let Some(tenant_id) = subjects.schedule_tenant(subject) else {
+    let Some((kind, tenant_id)) = subjects.command_of(subject) else {
         return Err(reject(format!(
-            "unknown command subject {subject:?}: expected {}",
-            subjects.schedule("<tenantId>")
+            "unknown command subject {subject:?}: expected {} or {}",
+            subjects.schedule("<tenantId>"),
+            subjects.cancel("<tenantId>")
         )));
     };
     check_tenant_id(tenant_id).map_err(|e| reject(format!("subject {subject:?}: {e}")))?;
@@ -112,10 +122,11 @@ pub fn parse_schedule_timer(
     // The payload stays raw until the type is known: one pass over the bytes, no JSON tree.
     let envelope: MessageEnvelope<Box<RawValue>> = serde_json::from_slice(bytes)
         .map_err(|e| reject(format!("not a valid MessageEnvelope: {e}")))?;
-    if envelope.message_type != SCHEDULE_TIMER {
+    if envelope.message_type != kind.message_type() {
         return Err(reject(format!(
-            "unknown message type {:?}: expected {SCHEDULE_TIMER:?}",
-            envelope.message_type
+            "unknown message type {:?} on {subject:?}: expected {:?}",
+            envelope.message_type,
+            kind.message_type()
         )));
     }
     if envelope.tenant_id != tenant_id {
@@ -124,27 +135,92 @@ pub fn parse_schedule_timer(
             envelope.tenant_id
         )));
     }
-    let payload: ScheduleTimerPayload = serde_json::from_str(envelope.payload.get())
-        .map_err(|e| reject(format!("invalid ScheduleTimer payload: {e}")))?;
-    if payload.tenant_id != tenant_id {
-        return Err(reject(format!(
-            "tenant mismatch: payload tenantId {:?} differs from subject tenant {tenant_id:?}",
-            payload.tenant_id
-        )));
-    }
-    check_service_call_id(&payload.service_call_id).map_err(reject)?;
-    let due_at = parse_due_at(&payload.due_at).map_err(reject)?;
-    let correlation_id = payload
-        .correlation_id
+    let payload_tenant_matches = |payload_tenant: &str| {
+        if payload_tenant == tenant_id {
+            Ok(())
+        } else {
+            Err(reject(format!(
+                "tenant mismatch: payload tenantId {payload_tenant:?} differs from subject tenant {tenant_id:?}"
+            )))
+        }
+    };
+    let (service_call_id, payload_correlation, action) = match kind {
+        CommandKind::Schedule => {
+            let payload: ScheduleTimerPayload = serde_json::from_str(envelope.payload.get())
+                .map_err(|e| reject(format!("invalid ScheduleTimer payload: {e}")))?;
+            payload_tenant_matches(&payload.tenant_id)?;
+            check_service_call_id(&payload.service_call_id).map_err(reject)?;
+            let due_at = parse_due_at(&payload.due_at).map_err(reject)?;
+            (
+                payload.service_call_id,
+                payload.correlation_id,
+                Action::Schedule { due_at },
+            )
+        }
+        CommandKind::Cancel => {
+            let payload: CancelTimerPayload = serde_json::from_str(envelope.payload.get())
+                .map_err(|e| reject(format!("invalid CancelTimer payload: {e}")))?;
+            payload_tenant_matches(&payload.tenant_id)?;
+            check_service_call_id(&payload.service_call_id).map_err(reject)?;
+            (payload.service_call_id, None, Action::Cancel)
+        }
+    };
+    let correlation_id = payload_correlation
         .or(envelope.correlation_id)
         .unwrap_or_else(new_correlation_id);
 
-    Ok(ScheduleTimer {
+    Ok(Command {
         tenant_id: tenant_id.to_owned(),
-        service_call_id: payload.service_call_id,
-        due_at,
+        service_call_id,
         correlation_id,
+        action,
+        seq: arrival.seq,
+        received_at: arrival.at,
     })
+}
+
+/// A `ScheduleTimer` as a client sends it (the CLI does), stamped `now`.
+pub fn schedule_timer_command(
+    tenant_id: &str,
+    service_call_id: &str,
+    due_at: &str,
+    correlation_id: Option<&str>,
+    now: DateTime<Utc>,
+) -> MessageEnvelope<ScheduleTimerPayload> {
+    let mut envelope = MessageEnvelope::new(
+        SCHEDULE_TIMER,
+        tenant_id,
+        now,
+        ScheduleTimerPayload {
+            tenant_id: tenant_id.to_owned(),
+            service_call_id: service_call_id.to_owned(),
+            due_at: due_at.to_owned(),
+            correlation_id: correlation_id.map(str::to_owned),
+        },
+    );
+    envelope.aggregate_id = Some(service_call_id.to_owned());
+    envelope
+}
+
+/// A `CancelTimer` as a client sends it (the query API does, for its `cancel`), stamped `now`.
+pub fn cancel_timer_command(
+    tenant_id: &str,
+    service_call_id: &str,
+    correlation_id: &str,
+    now: DateTime<Utc>,
+) -> MessageEnvelope<CancelTimerPayload> {
+    let mut envelope = MessageEnvelope::new(
+        CANCEL_TIMER,
+        tenant_id,
+        now,
+        CancelTimerPayload {
+            tenant_id: tenant_id.to_owned(),
+            service_call_id: service_call_id.to_owned(),
+        },
+    );
+    envelope.correlation_id = Some(correlation_id.to_owned());
+    envelope.aggregate_id = Some(service_call_id.to_owned());
+    envelope
 }
 
 /// A correlation id for a command that came without one: UUID v7, so it sorts by time.
@@ -174,11 +250,21 @@ mod tests {
         json!({"tenantId": "acme", "serviceCallId": "sc-7", "dueAt": "2026-11-22T10:00:00.000Z", "correlationId": "req-42"})
     }
 
-    fn parse(subject: &str, value: &serde_json::Value) -> Result<ScheduleTimer, Rejection> {
+    const ARRIVAL: Arrival = Arrival {
+        seq: 7,
+        at: chrono::DateTime::UNIX_EPOCH,
+    };
+
+    fn parse(subject: &str, value: &serde_json::Value) -> Result<Command, Rejection> {
         let bytes = serde_json::to_vec(value).unwrap();
-        parse_schedule_timer(&Subjects::default(), subject, &bytes, 65_536, || {
-            "generated".into()
-        })
+        parse_command(
+            &Subjects::default(),
+            subject,
+            &bytes,
+            65_536,
+            ARRIVAL,
+            || "generated".into(),
+        )
     }
 
     #[test]
@@ -187,9 +273,40 @@ mod tests {
         assert_eq!(cmd.tenant_id, "acme");
         assert_eq!(cmd.service_call_id, "sc-7");
         assert_eq!(cmd.correlation_id, "req-42");
+        assert_eq!(cmd.seq, 7);
+        let Action::Schedule { due_at } = cmd.action else {
+            panic!("a schedule")
+        };
         assert_eq!(
-            super::super::timestamp::format_utc(cmd.due_at),
+            super::super::timestamp::format_utc(due_at),
             "2026-11-22T10:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn accepts_a_cancel_on_the_cancel_subject() {
+        let mut e = envelope(json!({"tenantId": "acme", "serviceCallId": "sc-7"}));
+        e["type"] = json!("CancelTimer");
+        let cmd = parse("timer.cmd.cancel.acme", &e).unwrap();
+        assert_eq!(cmd.action, Action::Cancel);
+        assert_eq!(
+            (cmd.service_call_id.as_str(), cmd.correlation_id.as_str()),
+            ("sc-7", "env-corr")
+        );
+        e["type"] = json!("ScheduleTimer");
+        let refused = parse("timer.cmd.cancel.acme", &e).unwrap_err();
+        assert!(
+            refused.reason.contains("expected \"CancelTimer\""),
+            "{}",
+            refused.reason
+        );
+        e["type"] = json!("CancelTimer");
+        e["payload"]["tenantId"] = json!("globex");
+        assert!(
+            parse("timer.cmd.cancel.acme", &e)
+                .unwrap_err()
+                .reason
+                .contains("tenant mismatch")
         );
     }
 
@@ -207,7 +324,10 @@ mod tests {
     }
 
     fn reason_of(subject: &str, bytes: &[u8]) -> Rejection {
-        parse_schedule_timer(&Subjects::default(), subject, bytes, 1024, || "g".into()).unwrap_err()
+        parse_command(&Subjects::default(), subject, bytes, 1024, ARRIVAL, || {
+            "g".into()
+        })
+        .unwrap_err()
     }
 
     #[test]
@@ -291,6 +411,11 @@ mod tests {
             (
                 "timer.cmd.cancel.acme",
                 with(&|_| {}),
+                "unknown message type",
+            ),
+            (
+                "timer.cmd.pause.acme",
+                with(&|_| {}),
                 "unknown command subject",
             ),
             (SUBJECT, vec![b' '; 2000], "byte limit"),
@@ -304,6 +429,24 @@ mod tests {
             );
             assert_eq!(rejection.tenant_id, "acme");
         }
+    }
+
+    #[test]
+    fn the_commands_this_service_builds_pass_its_own_validation() {
+        let now = chrono::DateTime::UNIX_EPOCH;
+        let schedule = schedule_timer_command("acme", "sc-7", "2026-11-22T10:00:00Z", None, now);
+        let cmd = parse(SUBJECT, &serde_json::to_value(schedule).unwrap()).unwrap();
+        assert!(matches!(cmd.action, Action::Schedule { .. }));
+        let cancel = cancel_timer_command("acme", "sc-7", "corr", now);
+        let cmd = parse(
+            "timer.cmd.cancel.acme",
+            &serde_json::to_value(cancel).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (cmd.action, cmd.correlation_id.as_str()),
+            (Action::Cancel, "corr")
+        );
     }
 
     #[test]
@@ -331,7 +474,8 @@ mod tests {
         /// No input bytes make validation panic.
         #[test]
         fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
-            let _ = parse_schedule_timer(&Subjects::default(), SUBJECT, &bytes, 1024, || "g".into());
+            let _ = parse_command(&Subjects::default(), SUBJECT, &bytes, 1024, ARRIVAL, || "g".into());
+            let _ = parse_command(&Subjects::default(), "timer.cmd.cancel.acme", &bytes, 1024, ARRIVAL, || "g".into());
         }
     }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::envelope::MessageEnvelope;
-use super::timer::TimerEntry;
+use super::timer::DueTimer;
 use super::timestamp::format_utc;
 
 pub const DUE_TIME_REACHED: &str = "DueTimeReached";
@@ -36,7 +36,7 @@ pub struct TimerCommandRejected {
 /// The envelope announcing that `timer` fired at `reached_at`. Time-triggered, so no
 /// causation id; the aggregate is the service call.
 pub fn due_time_reached(
-    timer: &TimerEntry,
+    timer: &DueTimer,
     reached_at: DateTime<Utc>,
 ) -> MessageEnvelope<DueTimeReached> {
     let mut envelope = MessageEnvelope::new(
@@ -57,7 +57,7 @@ pub fn due_time_reached(
 
 /// `Nats-Msg-Id` of one firing of one timer: the same for every re-publish of that firing, so
 /// the broker drops duplicates inside its window; different after a reschedule.
-pub fn due_message_id(timer: &TimerEntry) -> String {
+pub fn due_message_id(timer: &DueTimer) -> String {
     let name = format!(
         "due\n{}\n{}\n{}",
         timer.tenant_id,
@@ -96,19 +96,14 @@ pub fn timer_command_rejected(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::timer::TimerState;
     use chrono::TimeZone;
 
-    fn timer(due_ms: i64) -> TimerEntry {
-        TimerEntry {
+    fn timer(due_ms: i64) -> DueTimer {
+        DueTimer {
             tenant_id: "acme".into(),
             service_call_id: "sc-7".into(),
             correlation_id: "req-42".into(),
             due_at: Utc.timestamp_millis_opt(due_ms).unwrap(),
-            registered_at: Utc.timestamp_millis_opt(0).unwrap(),
-            reached_at: None,
-            state: TimerState::Scheduled,
-            command_seq: 1,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The timer domain: messages, validation and the rules of the contract. No I/O lives here.
 
+pub mod api;
 pub mod command;
 pub mod envelope;
 pub mod events;
@@ -7,8 +8,10 @@ pub mod subjects;
 pub mod timer;
 pub mod timestamp;
 
-pub use command::{Rejection, ScheduleTimer, ScheduleTimerPayload, parse_schedule_timer};
+pub use command::{Arrival, CancelTimerPayload, Rejection, ScheduleTimerPayload, parse_command};
 pub use envelope::MessageEnvelope;
 pub use events::{DueTimeReached, TimerCommandRejected};
-pub use subjects::Subjects;
-pub use timer::{DuePosition, TimerEntry, TimerKey, TimerState};
+pub use subjects::{CommandKind, Subjects};
+pub use timer::{
+    Action, CancelOutcome, Command, DuePosition, DueTimer, Timer, TimerKey, TimerState,
+};

@@ -5,28 +5,76 @@
 pub const DEFAULT_COMMAND_PREFIX: &str = "timer.cmd";
 /// Default prefix of event subjects (`timer.evt.>`).
 pub const DEFAULT_EVENT_PREFIX: &str = "timer.evt";
+/// Default prefix of the query and cancel API (`timer.api.<verb>.<tenantId>`).
+pub const DEFAULT_API_PREFIX: &str = "timer.api";
 /// Tenant token used on the rejection subject when no tenant could be read from the command.
 pub const UNKNOWN_TENANT: &str = "_";
+
+/// The commands, by the token after the command prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandKind {
+    Schedule,
+    Cancel,
+}
+
+impl CommandKind {
+    /// The subject token: `timer.cmd.<token>.<tenantId>`.
+    pub fn token(self) -> &'static str {
+        match self {
+            CommandKind::Schedule => "schedule",
+            CommandKind::Cancel => "cancel",
+        }
+    }
+
+    /// The envelope `type` a command on this subject must carry.
+    pub fn message_type(self) -> &'static str {
+        match self {
+            CommandKind::Schedule => super::command::SCHEDULE_TIMER,
+            CommandKind::Cancel => super::command::CANCEL_TIMER,
+        }
+    }
+}
 
 /// The subjects of one deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subjects {
     command_prefix: String,
     event_prefix: String,
+    api_prefix: String,
 }
 
 impl Default for Subjects {
     fn default() -> Self {
-        Self::new(DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX)
+        Self::new(
+            DEFAULT_COMMAND_PREFIX,
+            DEFAULT_EVENT_PREFIX,
+            DEFAULT_API_PREFIX,
+        )
     }
 }
 
 impl Subjects {
-    pub fn new(command_prefix: &str, event_prefix: &str) -> Self {
+    pub fn new(command_prefix: &str, event_prefix: &str, api_prefix: &str) -> Self {
+        let trim = |p: &str| p.trim_end_matches('.').to_owned();
         Self {
-            command_prefix: command_prefix.trim_end_matches('.').to_owned(),
-            event_prefix: event_prefix.trim_end_matches('.').to_owned(),
+            command_prefix: trim(command_prefix),
+            event_prefix: trim(event_prefix),
+            api_prefix: trim(api_prefix),
         }
+    }
+
+    pub fn api_prefix(&self) -> &str {
+        &self.api_prefix
+    }
+
+    /// `timer.api.<verb>.<tenantId>`.
+    pub fn api(&self, verb: &str, tenant_id: &str) -> String {
+        format!("{}.{verb}.{tenant_id}", self.api_prefix)
+    }
+
+    /// `timer.cmd.<kind>.<tenantId>`.
+    pub fn command(&self, kind: CommandKind, tenant_id: &str) -> String {
+        format!("{}.{}.{tenant_id}", self.command_prefix, kind.token())
     }
 
     /// Wildcard the command stream captures: `timer.cmd.>`.
@@ -41,7 +89,12 @@ impl Subjects {
 
     /// `timer.cmd.schedule.<tenantId>`.
     pub fn schedule(&self, tenant_id: &str) -> String {
-        format!("{}.schedule.{tenant_id}", self.command_prefix)
+        self.command(CommandKind::Schedule, tenant_id)
+    }
+
+    /// `timer.cmd.cancel.<tenantId>`.
+    pub fn cancel(&self, tenant_id: &str) -> String {
+        self.command(CommandKind::Cancel, tenant_id)
     }
 
     /// `timer.evt.due.<tenantId>`.
@@ -54,17 +107,21 @@ impl Subjects {
         format!("{}.rejected.{tenant_id}", self.event_prefix)
     }
 
-    /// The tenant named by a `timer.cmd.schedule.<tenantId>` subject, or `None` when the subject
-    /// is not a schedule subject with exactly one tenant token.
-    pub fn schedule_tenant<'s>(&self, subject: &'s str) -> Option<&'s str> {
+    /// The command and tenant of a `timer.cmd.<command>.<tenantId>` subject, or `None` when the
+    /// subject names no known command or not exactly one tenant token.
+    pub fn command_of<'s>(&self, subject: &'s str) -> Option<(CommandKind, &'s str)> {
         let rest = subject
             .strip_prefix(self.command_prefix.as_str())?
-            .strip_prefix(".schedule.")?;
-        (!rest.is_empty() && !rest.contains('.')).then_some(rest)
+            .strip_prefix('.')?;
+        let (token, tenant) = rest.split_once('.')?;
+        let kind = [CommandKind::Schedule, CommandKind::Cancel]
+            .into_iter()
+            .find(|k| k.token() == token)?;
+        (!tenant.is_empty() && !tenant.contains('.')).then_some((kind, tenant))
     }
 
     /// The tenant token of a command subject `<prefix>.<command>.<tenantId>`, whatever the
-    /// command: where a rejection is reported. `None` for any other shape, so a malformed
+    /// command (known or not): where a rejection is reported. `None` for any other shape, so a malformed
     /// subject never reports one tenant's bytes to another.
     pub fn command_tenant<'s>(&self, subject: &'s str) -> Option<&'s str> {
         let rest = subject
@@ -89,15 +146,24 @@ mod tests {
         assert_eq!(s.schedule("acme"), "timer.cmd.schedule.acme");
         assert_eq!(s.due("acme"), "timer.evt.due.acme");
         assert_eq!(s.rejected("_"), "timer.evt.rejected._");
+        assert_eq!(s.cancel("acme"), "timer.cmd.cancel.acme");
+        assert_eq!(s.api("get", "acme"), "timer.api.get.acme");
     }
 
     #[test]
-    fn reads_the_tenant_of_a_schedule_subject_only() {
+    fn reads_the_command_and_tenant_of_a_command_subject() {
         let s = Subjects::default();
-        assert_eq!(s.schedule_tenant("timer.cmd.schedule.acme"), Some("acme"));
-        assert_eq!(s.schedule_tenant("timer.cmd.schedule.a.b"), None);
-        assert_eq!(s.schedule_tenant("timer.cmd.cancel.acme"), None);
-        assert_eq!(s.schedule_tenant("timer.cmd.schedule."), None);
+        assert_eq!(
+            s.command_of("timer.cmd.schedule.acme"),
+            Some((CommandKind::Schedule, "acme"))
+        );
+        assert_eq!(
+            s.command_of("timer.cmd.cancel.acme"),
+            Some((CommandKind::Cancel, "acme"))
+        );
+        assert_eq!(s.command_of("timer.cmd.schedule.a.b"), None);
+        assert_eq!(s.command_of("timer.cmd.pause.acme"), None);
+        assert_eq!(s.command_of("timer.cmd.schedule."), None);
         assert_eq!(s.command_tenant("timer.cmd.cancel.acme"), Some("acme"));
         assert_eq!(s.command_tenant("timer.cmd.schedule.acme.x"), None);
         assert_eq!(s.command_tenant("other.cmd.schedule.acme"), None);

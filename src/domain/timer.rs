@@ -1,26 +1,37 @@
-//! `TimerEntry`: one stored timer, and the rules that decide what a batch of commands writes.
+//! Timers and the commands that write them: the rules table of CONTRACT.md §3, as a reference
+//! model the SQL of the store is tested against.
+//!
+//! - [`Timer`]: one stored row, as the query API shows it.
+//! - [`DueTimer`]: what firing needs of a row.
+//! - [`Command`]: an accepted `ScheduleTimer` or `CancelTimer`, with its stream sequence.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 
-use super::command::ScheduleTimer;
-
-/// Lifecycle of a timer. `Reached` is final: a fired timer never fires again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Lifecycle of a timer. `Reached` is final: a fired timer never fires again and cannot be
+/// cancelled. `Cancelled` is not: a newer `ScheduleTimer` schedules it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TimerState {
     Scheduled,
     Reached,
+    Cancelled,
 }
 
 impl TimerState {
+    pub const ALL: [TimerState; 3] = [
+        TimerState::Scheduled,
+        TimerState::Reached,
+        TimerState::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             TimerState::Scheduled => "Scheduled",
             TimerState::Reached => "Reached",
+            TimerState::Cancelled => "Cancelled",
         }
     }
 }
@@ -35,11 +46,12 @@ impl FromStr for TimerState {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "Scheduled" => Ok(TimerState::Scheduled),
-            "Reached" => Ok(TimerState::Reached),
-            other => Err(format!("unknown timer state {other:?}")),
-        }
+        TimerState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown timer state {s:?}: expected Scheduled, Reached or Cancelled")
+            })
     }
 }
 
@@ -61,42 +73,25 @@ pub struct DuePosition {
 
 /// One row of `timer_schedules`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimerEntry {
+pub struct Timer {
     pub tenant_id: String,
     pub service_call_id: String,
     pub correlation_id: String,
-    pub due_at: DateTime<Utc>,
+    /// `None` only for a tombstone: a key cancelled before any `ScheduleTimer` for it.
+    pub due_at: Option<DateTime<Utc>>,
     pub registered_at: DateTime<Utc>,
     pub reached_at: Option<DateTime<Utc>>,
+    pub cancelled_at: Option<DateTime<Utc>>,
     pub state: TimerState,
-    /// Broker sequence of the command that last wrote this row; a command with a lower one is a
-    /// stale redelivery and changes nothing.
+    /// Broker sequence of the newest command applied to this row; a command with a lower one
+    /// is a stale redelivery and changes nothing.
     pub command_seq: u64,
+    /// While `Cancelled`: the sequence of the command that cancelled it (the first of several
+    /// cancels), so whoever applied it, the API can tell which cancel did.
+    pub cancelled_seq: Option<u64>,
 }
 
-impl TimerEntry {
-    /// The row a freshly accepted command would create.
-    pub fn scheduled(command: ScheduleTimer, command_seq: u64, now: DateTime<Utc>) -> Self {
-        Self {
-            tenant_id: command.tenant_id,
-            service_call_id: command.service_call_id,
-            correlation_id: command.correlation_id,
-            due_at: command.due_at,
-            registered_at: now,
-            reached_at: None,
-            state: TimerState::Scheduled,
-            command_seq,
-        }
-    }
-
-    pub fn position(&self) -> DuePosition {
-        DuePosition {
-            due_at: self.due_at,
-            tenant_id: self.tenant_id.clone(),
-            service_call_id: self.service_call_id.clone(),
-        }
-    }
-
+impl Timer {
     pub fn key(&self) -> TimerKey {
         TimerKey {
             tenant_id: self.tenant_id.clone(),
@@ -105,102 +100,344 @@ impl TimerEntry {
     }
 }
 
-/// Keeps, for each key, only the entry written by the newest command (highest sequence).
-///
-/// A batch may carry the same key twice (a client retry, a reschedule right behind the first
-/// command). Deciding here keeps the stored upsert one row per key, which every SQL backend
-/// accepts in a single multi-row statement.
-pub fn newest_per_key(entries: Vec<TimerEntry>) -> Vec<TimerEntry> {
-    let mut newest: HashMap<TimerKey, TimerEntry> = HashMap::with_capacity(entries.len());
-    for entry in entries {
-        match newest.entry(entry.key()) {
-            Entry::Occupied(mut kept) => {
-                if kept.get().command_seq < entry.command_seq {
-                    kept.insert(entry);
-                }
-            }
-            Entry::Vacant(slot) => {
-                slot.insert(entry);
-            }
-        }
-    }
-    let mut out: Vec<TimerEntry> = newest.into_values().collect();
-    out.sort_by_key(|e| e.command_seq);
-    out
+/// What the Poller needs of a due timer to publish its `DueTimeReached` and mark it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueTimer {
+    pub tenant_id: String,
+    pub service_call_id: String,
+    pub correlation_id: String,
+    pub due_at: DateTime<Utc>,
 }
 
-/// What an upsert does to a stored row, per the rules of CONTRACT.md §3. The persistence layer
-/// expresses the same rule in SQL; this is the reference it is tested against.
-pub fn apply_command(stored: Option<&TimerEntry>, incoming: &TimerEntry) -> Option<TimerEntry> {
-    match stored {
-        None => Some(incoming.clone()),
-        Some(row) if row.state == TimerState::Reached => None,
-        Some(row) if incoming.command_seq <= row.command_seq => None,
-        Some(row) => Some(TimerEntry {
-            due_at: incoming.due_at,
-            correlation_id: incoming.correlation_id.clone(),
-            command_seq: incoming.command_seq,
-            ..row.clone()
-        }),
+impl DueTimer {
+    pub fn position(&self) -> DuePosition {
+        DuePosition {
+            due_at: self.due_at,
+            tenant_id: self.tenant_id.clone(),
+            service_call_id: self.service_call_id.clone(),
+        }
     }
+}
+
+/// What one accepted command asks of its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Schedule { due_at: DateTime<Utc> },
+    Cancel,
+}
+
+/// One accepted command, ready to apply: `ScheduleTimer` or `CancelTimer`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    pub tenant_id: String,
+    pub service_call_id: String,
+    /// The timer's correlation id for a schedule; for a cancel, the one a tombstone keeps
+    /// (a cancel of an existing timer keeps the timer's own).
+    pub correlation_id: String,
+    pub action: Action,
+    /// JetStream stream sequence: the order of commands, across both subjects.
+    pub seq: u64,
+    /// When the service accepted it: `registeredAt` of a new row, `cancelledAt` of a cancel.
+    pub received_at: DateTime<Utc>,
+}
+
+impl Command {
+    pub fn key(&self) -> TimerKey {
+        TimerKey {
+            tenant_id: self.tenant_id.clone(),
+            service_call_id: self.service_call_id.clone(),
+        }
+    }
+
+    /// The row this command creates when its key has none.
+    pub fn new_row(&self) -> Timer {
+        let (due_at, state, cancelled_at, cancelled_seq) = match self.action {
+            Action::Schedule { due_at } => (Some(due_at), TimerState::Scheduled, None, None),
+            Action::Cancel => (
+                None,
+                TimerState::Cancelled,
+                Some(self.received_at),
+                Some(self.seq),
+            ),
+        };
+        Timer {
+            tenant_id: self.tenant_id.clone(),
+            service_call_id: self.service_call_id.clone(),
+            correlation_id: self.correlation_id.clone(),
+            due_at,
+            registered_at: self.received_at,
+            reached_at: None,
+            cancelled_at,
+            state,
+            command_seq: self.seq,
+            cancelled_seq,
+        }
+    }
+}
+
+/// What a command does to the stored row of its key (CONTRACT.md §3), or `None` when it
+/// changes nothing. `being_fired` says the row was picked for firing (claimed) and the claim
+/// still holds: a cancel then comes too late, like one after `Reached`. The store expresses the
+/// same rule in SQL; this is the reference it is tested against.
+pub fn apply_command(
+    stored: Option<&Timer>,
+    command: &Command,
+    being_fired: bool,
+) -> Option<Timer> {
+    let Some(row) = stored else {
+        return Some(command.new_row());
+    };
+    if row.state == TimerState::Reached || command.seq <= row.command_seq {
+        return None;
+    }
+    let mut next = row.clone();
+    next.command_seq = command.seq;
+    match command.action {
+        Action::Schedule { due_at } => {
+            next.due_at = Some(due_at);
+            next.correlation_id = command.correlation_id.clone();
+            next.state = TimerState::Scheduled;
+            next.cancelled_at = None;
+            next.cancelled_seq = None;
+        }
+        Action::Cancel if row.state == TimerState::Scheduled && being_fired => return None,
+        Action::Cancel => {
+            next.state = TimerState::Cancelled;
+            next.cancelled_at = row.cancelled_at.or(Some(command.received_at));
+            next.cancelled_seq = row.cancelled_seq.or(Some(command.seq));
+        }
+    }
+    Some(next)
+}
+
+/// How a cancel went, as the query API reports it (CONTRACT.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    Cancelled,
+    AlreadyCancelled,
+    /// Fired, or picked for firing (its event is published or on its way).
+    AlreadyReached,
+    /// No timer had the key: a tombstone now keeps an older `ScheduleTimer` from creating one.
+    NotFound,
+}
+
+impl CancelOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelOutcome::Cancelled => "cancelled",
+            CancelOutcome::AlreadyCancelled => "already_cancelled",
+            CancelOutcome::AlreadyReached => "already_reached",
+            CancelOutcome::NotFound => "not_found",
+        }
+    }
+
+    /// The outcome of the cancel with sequence `seq`, read from the row once it has been
+    /// applied: whoever applied it first (the API or the CommandHandler meeting the same
+    /// command), the row tells what it did.
+    pub fn of(after: Option<&Timer>, seq: u64) -> Self {
+        let Some(row) = after else {
+            return CancelOutcome::NotFound;
+        };
+        match row.state {
+            TimerState::Reached => CancelOutcome::AlreadyReached,
+            // A newer ScheduleTimer came after this cancel: in stream order the cancel
+            // happened and was superseded (the timer returned shows it).
+            TimerState::Scheduled if row.command_seq > seq => CancelOutcome::Cancelled,
+            // Otherwise the cancel met a timer picked for firing, and changed nothing.
+            TimerState::Scheduled => CancelOutcome::AlreadyReached,
+            TimerState::Cancelled => match row.cancelled_seq {
+                Some(by) if by < seq => CancelOutcome::AlreadyCancelled,
+                _ if row.due_at.is_none() => CancelOutcome::NotFound,
+                _ => CancelOutcome::Cancelled,
+            },
+        }
+    }
+}
+
+/// Splits a batch into rounds with at most one command per key, each key's commands in stream
+/// order across the rounds: applying round after round is applying every command in order,
+/// while each round stays one multi-row statement (which no SQL backend lets touch a row twice).
+/// Nearly every batch is a single round.
+pub fn rounds(mut commands: Vec<Command>) -> Vec<Vec<Command>> {
+    commands.sort_by_key(|c| c.seq);
+    let mut seen: HashMap<TimerKey, usize> = HashMap::with_capacity(commands.len());
+    let mut rounds: Vec<Vec<Command>> = Vec::new();
+    for command in commands {
+        let round = seen.entry(command.key()).or_insert(0);
+        if rounds.len() <= *round {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(command);
+        *round += 1;
+    }
+    rounds
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chrono::TimeZone;
 
-    pub(crate) fn entry(scid: &str, seq: u64, due_ms: i64) -> TimerEntry {
-        TimerEntry {
+    pub(crate) fn at(ms: i64) -> DateTime<Utc> {
+        Utc.timestamp_millis_opt(ms).unwrap()
+    }
+
+    pub(crate) fn schedule(scid: &str, seq: u64, due_ms: i64) -> Command {
+        Command {
             tenant_id: "acme".into(),
             service_call_id: scid.into(),
             correlation_id: format!("c{seq}"),
-            due_at: Utc.timestamp_millis_opt(due_ms).unwrap(),
-            registered_at: Utc.timestamp_millis_opt(0).unwrap(),
-            reached_at: None,
-            state: TimerState::Scheduled,
-            command_seq: seq,
+            action: Action::Schedule { due_at: at(due_ms) },
+            seq,
+            received_at: at(seq as i64),
         }
     }
 
-    #[test]
-    fn newest_command_per_key_wins_whatever_the_order() {
-        let out = newest_per_key(vec![
-            entry("a", 3, 30),
-            entry("a", 1, 10),
-            entry("b", 2, 20),
-        ]);
-        assert_eq!(out.len(), 2);
-        assert_eq!(
-            out.iter()
-                .find(|e| e.service_call_id == "a")
-                .unwrap()
-                .command_seq,
-            3
-        );
+    pub(crate) fn cancel(scid: &str, seq: u64) -> Command {
+        Command {
+            action: Action::Cancel,
+            ..schedule(scid, seq, 0)
+        }
+    }
+
+    fn apply(row: Option<Timer>, command: &Command) -> Option<Timer> {
+        apply_command(row.as_ref(), command, false).or(row)
     }
 
     #[test]
-    fn upsert_rules_of_the_contract() {
-        let stored = entry("a", 5, 100);
-        assert_eq!(apply_command(None, &stored), Some(stored.clone()));
-        let newer = apply_command(Some(&stored), &entry("a", 6, 200)).unwrap();
+    fn rounds_keep_each_keys_commands_in_order_one_per_round() {
+        let out = rounds(vec![
+            schedule("a", 3, 30),
+            schedule("a", 1, 10),
+            schedule("b", 2, 20),
+            cancel("a", 5),
+        ]);
+        let seqs: Vec<Vec<u64>> = out
+            .iter()
+            .map(|r| r.iter().map(|c| c.seq).collect())
+            .collect();
+        assert_eq!(seqs, [vec![1, 2], vec![3], vec![5]]);
+    }
+
+    #[test]
+    fn every_row_of_the_rules_table() {
+        // none + ScheduleTimer → Scheduled
+        let row = apply(None, &schedule("a", 5, 100)).unwrap();
         assert_eq!(
-            (newer.due_at.timestamp_millis(), newer.command_seq),
-            (200, 6)
+            (row.state, row.due_at),
+            (TimerState::Scheduled, Some(at(100)))
         );
-        assert_eq!(newer.registered_at, stored.registered_at);
-        assert_eq!(apply_command(Some(&stored), &entry("a", 4, 50)), None);
-        let reached = TimerEntry {
+        // none + CancelTimer → a tombstone
+        let tomb = apply(None, &cancel("t", 5)).unwrap();
+        assert_eq!((tomb.state, tomb.due_at), (TimerState::Cancelled, None));
+        assert_eq!(tomb.cancelled_at, Some(at(5)));
+        // a tombstone keeps an older ScheduleTimer out
+        assert_eq!(
+            apply(Some(tomb.clone()), &schedule("t", 4, 50)),
+            Some(tomb.clone())
+        );
+        // Scheduled + newer ScheduleTimer → rescheduled
+        let moved = apply(Some(row.clone()), &schedule("a", 6, 200)).unwrap();
+        assert_eq!(
+            (moved.due_at, moved.correlation_id.as_str()),
+            (Some(at(200)), "c6")
+        );
+        assert_eq!(moved.registered_at, row.registered_at);
+        // Scheduled + newer CancelTimer → Cancelled, keeping its dueAt and correlation id
+        let cancelled = apply(Some(row.clone()), &cancel("a", 7)).unwrap();
+        assert_eq!(cancelled.state, TimerState::Cancelled);
+        assert_eq!(
+            (cancelled.due_at, cancelled.correlation_id.as_str()),
+            (Some(at(100)), "c5")
+        );
+        assert_eq!(cancelled.cancelled_at, Some(at(7)));
+        // Cancelled + newer ScheduleTimer → Scheduled again with the new dueAt
+        let again = apply(Some(cancelled.clone()), &schedule("a", 8, 300)).unwrap();
+        assert_eq!(
+            (again.state, again.due_at, again.cancelled_at),
+            (TimerState::Scheduled, Some(at(300)), None)
+        );
+        // Cancelled + newer CancelTimer: still cancelled, first cancel time kept, newer seq
+        let twice = apply(Some(cancelled.clone()), &cancel("a", 9)).unwrap();
+        assert_eq!(
+            (twice.state, twice.cancelled_at, twice.command_seq),
+            (TimerState::Cancelled, Some(at(7)), 9)
+        );
+        // anything older than the last command applied is ignored
+        assert_eq!(
+            apply_command(Some(&cancelled), &schedule("a", 6, 999), false),
+            None
+        );
+        assert_eq!(apply_command(Some(&row), &cancel("a", 4), false), None);
+        // Reached + anything → ignored
+        let reached = Timer {
             state: TimerState::Reached,
-            ..stored
+            reached_at: Some(at(101)),
+            ..row.clone()
         };
-        assert_eq!(apply_command(Some(&reached), &entry("a", 9, 300)), None);
+        assert_eq!(
+            apply_command(Some(&reached), &schedule("a", 20, 500), false),
+            None
+        );
+        assert_eq!(apply_command(Some(&reached), &cancel("a", 21), false), None);
+        // a cancel meeting a timer picked for firing comes too late
+        assert_eq!(apply_command(Some(&row), &cancel("a", 22), true), None);
+    }
+
+    /// The outcome, read from the row after the cancel with sequence `seq` was applied.
+    fn outcome(before: Option<Timer>, seq: u64, being_fired: bool) -> CancelOutcome {
+        let cancel = cancel("a", seq);
+        let after = apply_command(before.as_ref(), &cancel, being_fired).or(before);
+        CancelOutcome::of(after.as_ref(), seq)
+    }
+
+    #[test]
+    fn cancel_outcomes() {
+        let row = schedule("a", 1, 10).new_row();
+        assert_eq!(outcome(None, 5, false), CancelOutcome::NotFound);
+        assert_eq!(
+            outcome(Some(row.clone()), 5, false),
+            CancelOutcome::Cancelled
+        );
+        assert_eq!(
+            outcome(Some(row.clone()), 5, true),
+            CancelOutcome::AlreadyReached
+        );
+        let cancelled = apply(Some(row.clone()), &cancel("a", 3));
+        assert_eq!(
+            outcome(cancelled.clone(), 5, false),
+            CancelOutcome::AlreadyCancelled
+        );
+        let tombstone = Some(cancel("a", 2).new_row());
+        assert_eq!(
+            outcome(tombstone, 5, false),
+            CancelOutcome::AlreadyCancelled
+        );
+        let reached = Timer {
+            state: TimerState::Reached,
+            ..row.clone()
+        };
+        assert_eq!(
+            outcome(Some(reached), 5, false),
+            CancelOutcome::AlreadyReached
+        );
+        // Applied twice (by the API and by the CommandHandler meeting the same command): the
+        // second application changes nothing and reads the same outcome.
+        let once = apply(Some(row.clone()), &cancel("a", 5));
+        assert_eq!(outcome(once, 5, false), CancelOutcome::Cancelled);
+        let tomb_once = apply(None, &cancel("a", 5));
+        assert_eq!(outcome(tomb_once, 5, false), CancelOutcome::NotFound);
+        // A newer ScheduleTimer applied before the API read its outcome.
+        let superseded = apply(apply(Some(row), &cancel("a", 5)), &schedule("a", 6, 99));
+        assert_eq!(
+            CancelOutcome::of(superseded.as_ref(), 5),
+            CancelOutcome::Cancelled
+        );
     }
 
     #[test]
     fn state_text_round_trips() {
-        for s in [TimerState::Scheduled, TimerState::Reached] {
+        for s in TimerState::ALL {
             assert_eq!(s.as_str().parse::<TimerState>().unwrap(), s);
         }
         assert!("Fired".parse::<TimerState>().is_err());

@@ -2,17 +2,22 @@
 //! with millisecond precision (`YYYY-MM-DDTHH:MM:SS.sssZ`). Fixed width makes text order equal
 //! time order, which is what lets SQLite compare `due_at` as text through an index.
 
-use chrono::{DateTime, SecondsFormat, TimeZone, Timelike, Utc};
+use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 
 /// Formats an instant as `YYYY-MM-DDTHH:MM:SS.sssZ`.
 pub fn format_utc(instant: DateTime<Utc>) -> String {
     instant.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// Drops everything below the millisecond, so memory and storage agree on every instant.
-pub fn truncate_to_millis(instant: DateTime<Utc>) -> DateTime<Utc> {
-    let millis = instant.nanosecond() / 1_000_000 * 1_000_000;
-    instant.with_nanosecond(millis).unwrap_or(instant)
+/// Rounds up to the next whole millisecond (an instant already on one stays), so memory and
+/// storage agree on every instant and a timer never fires before the instant the client named.
+pub fn ceil_to_millis(instant: DateTime<Utc>) -> DateTime<Utc> {
+    let nanos = instant.timestamp_subsec_nanos();
+    let below_millis = nanos % 1_000_000;
+    if below_millis == 0 {
+        return instant;
+    }
+    instant + chrono::Duration::nanoseconds(i64::from(1_000_000 - below_millis))
 }
 
 /// Parses a timestamp written by [`format_utc`] (or any RFC 3339 text with a zone).
@@ -21,18 +26,18 @@ pub fn parse_stored(text: &str) -> Result<DateTime<Utc>, chrono::ParseError> {
 }
 
 /// Parses a client-supplied `dueAt`: RFC 3339 with a zone (`Z` or an offset), converted to UTC
-/// and truncated to the millisecond. Years outside 0001–9999 are refused because they cannot be
-/// stored in the fixed-width format.
+/// and rounded up to the millisecond (CONTRACT.md §3: `…:13.023999Z` is stored as `…:13.024Z`).
+/// Years outside 0001–9999 are refused because they cannot be stored in the fixed-width format.
 pub fn parse_due_at(text: &str) -> Result<DateTime<Utc>, String> {
     let parsed = DateTime::parse_from_rfc3339(text).map_err(|e| {
         format!("dueAt {text:?} is not an RFC 3339 timestamp with a zone (Z or ±HH:MM): {e}")
     })?;
-    let utc = parsed.with_timezone(&Utc);
+    let utc = ceil_to_millis(parsed.with_timezone(&Utc));
     let lowest = Utc.with_ymd_and_hms(1, 1, 1, 0, 0, 0).single();
     let highest = Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).single();
     match (lowest, highest) {
         (Some(lo), Some(hi)) if utc >= lo && utc <= hi + chrono::Duration::milliseconds(999) => {
-            Ok(truncate_to_millis(utc))
+            Ok(utc)
         }
         _ => Err(format!(
             "dueAt {text:?} is outside the years 0001–9999 once converted to UTC"
@@ -51,10 +56,26 @@ mod tests {
 
     #[test]
     fn formats_fixed_width_with_millis() {
-        let t = parse_due_at("2026-11-22T10:00:00.1234+01:00").unwrap();
+        let t = parse_due_at("2026-11-22T10:00:00.123+01:00").unwrap();
         assert_eq!(format_utc(t), "2026-11-22T09:00:00.123Z");
         let whole = parse_due_at("2026-11-22T10:00:00Z").unwrap();
         assert_eq!(format_utc(whole), "2026-11-22T10:00:00.000Z");
+    }
+
+    #[test]
+    fn rounds_a_finer_instant_up_to_the_next_millisecond() {
+        let cases = [
+            ("2026-11-22T09:30:13.023999Z", "2026-11-22T09:30:13.024Z"),
+            ("2026-11-22T09:30:13.023000001Z", "2026-11-22T09:30:13.024Z"),
+            ("2026-11-22T09:30:13.023000Z", "2026-11-22T09:30:13.023Z"),
+            ("2026-11-22T09:30:13.9995Z", "2026-11-22T09:30:14.000Z"),
+            ("2026-12-31T23:59:59.9999+00:00", "2027-01-01T00:00:00.000Z"),
+        ];
+        for (given, stored) in cases {
+            assert_eq!(format_utc(parse_due_at(given).unwrap()), stored, "{given}");
+        }
+        // Rounding up must not carry an instant past the last storable one.
+        assert!(parse_due_at("9999-12-31T23:59:59.9991Z").is_err());
     }
 
     #[test]
@@ -76,6 +97,32 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Never early: the stored `dueAt` is never before the instant the client wrote, and less
+        /// than a millisecond after it, whatever the precision and the offset.
+        #[test]
+        fn a_stored_due_at_is_never_earlier_than_the_one_given(
+            secs in 0i64..253_402_300_798,
+            nanos in 0u32..1_000_000_000,
+            offset_minutes in -1439i32..1439,
+            digits in 0usize..=9,
+        ) {
+            let instant = Utc.timestamp_opt(secs, nanos).unwrap();
+            let zone = chrono::FixedOffset::east_opt(offset_minutes * 60).unwrap();
+            let format = match digits {
+                0 => SecondsFormat::Secs,
+                1..=3 => SecondsFormat::Millis,
+                4..=6 => SecondsFormat::Micros,
+                _ => SecondsFormat::Nanos,
+            };
+            let text = instant.with_timezone(&zone).to_rfc3339_opts(format, false);
+            let given = parse_stored(&text).unwrap();
+            if let Ok(stored) = parse_due_at(&text) {
+                proptest::prop_assert!(stored >= given, "{text} stored as {}", format_utc(stored));
+                proptest::prop_assert!(stored - given < chrono::Duration::milliseconds(1));
+                proptest::prop_assert_eq!(parse_stored(&format_utc(stored)).unwrap(), stored);
+            }
+        }
+
         /// Text order of the stored format is time order: the property the polling index needs.
         #[test]
         fn text_order_is_time_order(a in 0i64..253_402_300_799_000, b in 0i64..253_402_300_799_000) {

@@ -8,7 +8,7 @@ use async_nats::jetstream::{self, AckKind, consumer::PullConsumer, consumer::pul
 use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
 
-use super::streams::{BrokerNames, ensure_command_consumer};
+use super::streams::{BrokerNames, ensure_broker_objects};
 use crate::ports::{BusError, CommandSource, CommandSourceFactory, Delivery, InboundCommand};
 
 /// Beyond a pull request's own expiry, how long to wait for the broker to close it before
@@ -38,12 +38,12 @@ impl JetStreamCommandSource {
 
     async fn consumer(&mut self) -> Result<&PullConsumer, BusError> {
         if self.consumer.is_none() {
-            let consumer = ensure_command_consumer(&self.js, &self.names)
+            let consumer = ensure_broker_objects(&self.js, &self.names)
                 .await
                 .map_err(|e| {
                     BusError(format!(
-                        "consumer {} on {} unavailable: {e}",
-                        self.names.consumer, self.names.command_stream
+                        "streams {} and {} with consumer {} unavailable: {e}",
+                        self.names.command_stream, self.names.event_stream, self.names.consumer
                     ))
                 })?;
             self.consumer = Some(consumer);
@@ -215,7 +215,7 @@ impl Delivery for JetStreamDelivery {
 
     async fn nak(&self, delay: Duration) -> Result<(), BusError> {
         self.0
-            .ack_with(AckKind::Nak(Some(delay)))
+            .ack_with(AckKind::Nak((!delay.is_zero()).then_some(delay)))
             .await
             .map_err(|e| BusError(e.to_string()))
     }

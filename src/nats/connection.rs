@@ -6,6 +6,8 @@ use std::time::Duration;
 use async_nats::{Client, ConnectOptions, Event, jetstream};
 
 use crate::backoff;
+use crate::config::NatsSettings;
+use crate::health::Health;
 
 /// Upper bound of the reconnect backoff: how long after the broker returns the daemon may take
 /// to notice.
@@ -14,11 +16,87 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 /// How long a JetStream request or PubAck may take before it counts as failed and is retried.
 const JETSTREAM_TIMEOUT: Duration = Duration::from_secs(5);
 
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("broker URL {url:?} is unusable: {source}")]
+    Url {
+        url: String,
+        source: async_nats::ConnectError,
+    },
+    #[error("broker URL {url:?} is unusable: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("NATS {what} {path}: {source}")]
+    File {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// The connection options of `[nats]`: authentication (credentials file, nkey seed,
+/// user/password or token; also accepted in the URL) and TLS (a CA to trust, a client
+/// certificate for mutual TLS).
+async fn authenticated(settings: &NatsSettings) -> Result<ConnectOptions, ConnectError> {
+    let file_error = |what, path: &std::path::Path| {
+        let path = path.display().to_string();
+        move |source| ConnectError::File { what, path, source }
+    };
+    let mut options = ConnectOptions::new();
+    if let Some(path) = &settings.credentials {
+        options = options
+            .credentials_file(path)
+            .await
+            .map_err(file_error("credentials file", path))?;
+    }
+    if let Some(path) = &settings.nkey_seed {
+        let seed = std::fs::read_to_string(path).map_err(file_error("nkey seed file", path))?;
+        options = options.nkey(seed.trim().to_owned());
+    }
+    if let (Some(user), Some(password)) = (&settings.user, &settings.password) {
+        options = options.user_and_password(user.clone(), password.clone());
+    }
+    if let Some(token) = &settings.token {
+        options = options.token(token.clone());
+    }
+    if let Some(ca) = &settings.tls_ca {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    if let (Some(cert), Some(key)) = (&settings.tls_cert, &settings.tls_key) {
+        options = options
+            .add_client_certificate(cert.clone(), key.clone())
+            .require_tls(true);
+    }
+    Ok(options)
+}
+
+/// The servers of a `broker_url`: one URL, or several separated by commas (the nodes of a
+/// cluster; the client also learns the others from whichever it reaches).
+pub fn server_addrs(url: &str) -> Result<Vec<async_nats::ServerAddr>, ConnectError> {
+    url.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| {
+            u.parse().map_err(|e: std::io::Error| ConnectError::BadUrl {
+                url: u.to_owned(),
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
+
 /// Starts connecting to `url`; returns at once, the connection is made in the background.
-/// Fails only when the URL itself is unusable.
-pub async fn connect(url: &str) -> Result<Client, async_nats::ConnectError> {
-    ConnectOptions::new()
-        .name("timer-service")
+/// Fails only when the URL or an authentication file is unusable. The connection's state is
+/// kept in `health`; `name` is how the server lists the connection.
+pub async fn connect(
+    url: &str,
+    settings: &NatsSettings,
+    name: &str,
+    health: Health,
+) -> Result<Client, ConnectError> {
+    let servers = server_addrs(url)?;
+    authenticated(settings)
+        .await?
+        .name(format!("timer-service {name}"))
         .retry_on_initial_connect()
         .max_reconnects(None)
         .reconnect_delay_callback(|attempts| match attempts {
@@ -29,17 +107,30 @@ pub async fn connect(url: &str) -> Result<Client, async_nats::ConnectError> {
                 MAX_RECONNECT_DELAY,
             ),
         })
-        .event_callback(|event| async move {
-            match event {
-                Event::Connected => tracing::info!(actor = "broker", "connected to NATS"),
-                Event::Disconnected => {
-                    tracing::warn!(actor = "broker", "disconnected from NATS; reconnecting")
+        .event_callback(move |event| {
+            let health = health.clone();
+            async move {
+                match event {
+                    Event::Connected => {
+                        health.set_broker_connected(true);
+                        tracing::info!(actor = "broker", "connected to NATS");
+                    }
+                    Event::Disconnected => {
+                        health.set_broker_connected(false);
+                        tracing::warn!(actor = "broker", "disconnected from NATS; reconnecting");
+                    }
+                    other => {
+                        tracing::warn!(actor = "broker", event = %other, "NATS connection event")
+                    }
                 }
-                other => tracing::warn!(actor = "broker", event = %other, "NATS connection event"),
             }
         })
-        .connect(url)
+        .connect(servers)
         .await
+        .map_err(|source| ConnectError::Url {
+            url: url.to_owned(),
+            source,
+        })
 }
 
 /// A JetStream context whose requests and PubAcks time out, so a broker outage turns into

@@ -7,13 +7,17 @@ use async_nats::jetstream::{self, consumer, stream};
 
 use crate::domain::Subjects;
 
-/// Names of the broker objects of one deployment (CONTRACT.md §2).
+/// The broker objects of one deployment (CONTRACT.md §2) and how the service creates them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerNames {
     pub command_stream: String,
     pub consumer: String,
     pub event_stream: String,
     pub subjects: Subjects,
+    /// `max_age` of the event stream when the service creates it; zero for no limit.
+    pub event_max_age: Duration,
+    /// Replicas of the streams the service creates.
+    pub replicas: usize,
 }
 
 impl Default for BrokerNames {
@@ -23,6 +27,8 @@ impl Default for BrokerNames {
             consumer: "timer-service".into(),
             event_stream: "TIMER_EVENTS".into(),
             subjects: Subjects::default(),
+            event_max_age: Duration::from_secs(7 * 24 * 3600),
+            replicas: 1,
         }
     }
 }
@@ -42,9 +48,23 @@ pub async fn ensure_command_stream(
             subjects: vec![names.subjects.command_wildcard()],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
+            num_replicas: names.replicas,
             ..Default::default()
         })
         .await?)
+}
+
+/// Everything the service relies on, created when absent: the command stream, its consumer
+/// and the event stream. Called as soon as the broker is reached (the CommandHandler's first
+/// pull, and again after any pull failure), so a downstream consumer of the event stream can
+/// be created before the first event.
+pub async fn ensure_broker_objects(
+    js: &jetstream::Context,
+    names: &BrokerNames,
+) -> Result<consumer::PullConsumer, async_nats::Error> {
+    let consumer = ensure_command_consumer(js, names).await?;
+    ensure_event_stream(js, names).await?;
+    Ok(consumer)
 }
 
 /// The durable pull consumer the CommandHandler reads from: explicit acks, redelivered
@@ -70,7 +90,8 @@ pub async fn ensure_command_consumer(
 
 /// The event stream `DueTimeReached` and `TimerCommandRejected` are published to. Its
 /// duplicate window (the broker default, two minutes) is what drops a re-publish with the same
-/// `Nats-Msg-Id` after a crash.
+/// `Nats-Msg-Id` after a crash; `max_age` bounds its size (events older than that are gone,
+/// consumed or not).
 pub async fn ensure_event_stream(
     js: &jetstream::Context,
     names: &BrokerNames,
@@ -80,6 +101,8 @@ pub async fn ensure_event_stream(
             name: names.event_stream.clone(),
             subjects: vec![names.subjects.event_wildcard()],
             storage: stream::StorageType::File,
+            max_age: names.event_max_age,
+            num_replicas: names.replicas,
             ..Default::default()
         })
         .await?)

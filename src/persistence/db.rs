@@ -1,7 +1,15 @@
-//! Opening the SQLite file: WAL journal, the configured `synchronous` level, a busy timeout,
-//! foreign keys on, one connection (the Persistence actor is the single reader and writer).
+//! Opening the database: a SQLite file (the default) or PostgreSQL (`database_url`).
+//!
+//! SQLite: WAL journal, the configured `synchronous` level, a busy timeout, foreign keys on,
+//! one connection (the Persistence actor is the single reader and writer). PostgreSQL: a small
+//! pool per actor that needs one; several daemons share the database.
+//!
+//! Only [`migrate`] creates the SQLite file. Every other open expects it: a file that vanished while
+//! the daemon ran (its directory removed or replaced) is a storage fault to wait out, and
+//! creating an empty one in its place would silently forget every pending timer.
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -10,14 +18,14 @@ use sea_orm::sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, SqlxSqliteConnector, Statement};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// SQLite `synchronous` level.
 ///
 /// `Full` is the default: WAL is fsynced at each commit, so a command acknowledged to the broker
 /// survives a power loss, not only a process crash. `Normal` survives `kill -9` and is faster,
 /// but an OS crash can drop the last commits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Synchronous {
     Off,
@@ -63,10 +71,13 @@ impl From<Synchronous> for SqliteSynchronous {
     }
 }
 
-/// SQLite tuning the operator may set.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// SQLite tuning the operator may set (`[sqlite]` in `config.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SqliteSettings {
     pub synchronous: Synchronous,
+    /// How long a statement waits on a database locked by another process.
+    #[serde(with = "crate::config::duration", alias = "busy_timeout_ms")]
     pub busy_timeout: Duration,
     /// Page cache size in KiB (SQLite `cache_size = -N`).
     pub cache_kib: u32,
@@ -127,11 +138,107 @@ pub async fn checkpoint(
     })
 }
 
-/// Opens (creating if absent) the SQLite file at `path`.
-pub async fn connect(path: &Path, settings: &SqliteSettings) -> Result<DatabaseConnection, DbErr> {
+/// Which file a path names (device and inode). A file removed or replaced while open keeps
+/// taking writes through the open connection, and those writes vanish with the last handle:
+/// comparing the identity at the path with the one opened tells a commit that reached the
+/// database from one that went into a file nobody will read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileIdentity {
+    device: u64,
+    inode: u64,
+}
+
+impl FileIdentity {
+    pub fn of(path: &Path) -> std::io::Result<Self> {
+        let metadata = std::fs::metadata(path)?;
+        Ok(Self {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+        })
+    }
+}
+
+/// Bytes available to this process on the filesystem holding `path`.
+pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: statvfs only writes into the zeroed struct we own, and reads a NUL-terminated
+    // path that outlives the call.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stats) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((stats.f_bavail as u64).saturating_mul(stats.f_frsize as u64))
+}
+
+/// Where the timers are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseTarget {
+    Sqlite {
+        path: PathBuf,
+        settings: SqliteSettings,
+    },
+    Postgres {
+        url: String,
+    },
+}
+
+impl DatabaseTarget {
+    /// The SQLite file at `path` with default settings.
+    pub fn sqlite(path: impl Into<PathBuf>) -> Self {
+        Self::Sqlite {
+            path: path.into(),
+            settings: SqliteSettings::default(),
+        }
+    }
+
+    /// For logs: the file, or the PostgreSQL URL without its password.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Sqlite { path, .. } => path.display().to_string(),
+            Self::Postgres { url } => match (url.find("://"), url.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    let userinfo = &url[scheme + 3..at];
+                    let user = userinfo.split(':').next().unwrap_or_default();
+                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+                }
+                _ => url.clone(),
+            },
+        }
+    }
+}
+
+/// Opens the existing database; `pool` is the most PostgreSQL connections to hold (SQLite is
+/// always one).
+pub async fn connect(target: &DatabaseTarget, pool: u32) -> Result<DatabaseConnection, DbErr> {
+    match target {
+        DatabaseTarget::Sqlite { path, settings } => open(path, settings, false).await,
+        DatabaseTarget::Postgres { url } => {
+            let mut options = sea_orm::ConnectOptions::new(url.clone());
+            options
+                .max_connections(pool.max(1))
+                .min_connections(1)
+                .connect_timeout(Duration::from_secs(10))
+                .acquire_timeout(Duration::from_secs(30))
+                .sqlx_logging(false);
+            sea_orm::Database::connect(options).await
+        }
+    }
+}
+
+async fn open(
+    path: &Path,
+    settings: &SqliteSettings,
+    create: bool,
+) -> Result<DatabaseConnection, DbErr> {
     let options = SqliteConnectOptions::new()
         .filename(path)
-        .create_if_missing(true)
+        .create_if_missing(create)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(settings.synchronous.into())
         .busy_timeout(settings.busy_timeout)
@@ -153,9 +260,30 @@ pub async fn connect(path: &Path, settings: &SqliteSettings) -> Result<DatabaseC
     Ok(SqlxSqliteConnector::from_sqlx_sqlite_pool(pool))
 }
 
-/// Brings the schema of the file at `path` up to date.
-pub async fn migrate(path: &Path, settings: &SqliteSettings) -> Result<(), DbErr> {
-    let db = connect(path, settings).await?;
-    Migrator::up(&db, None).await?;
-    db.close().await
+/// Key of the PostgreSQL advisory lock that migrations hold.
+const MIGRATION_LOCK: i64 = 0x7469_6d65_7273; // "timers"
+
+/// Brings the schema up to date, creating the SQLite file when absent. On PostgreSQL, daemons
+/// starting together take turns (an advisory lock, on the one connection migrations use):
+/// concurrent `CREATE TABLE`s of the same table fail there.
+pub async fn migrate(target: &DatabaseTarget) -> Result<(), DbErr> {
+    match target {
+        DatabaseTarget::Sqlite { path, settings } => {
+            let db = open(path, settings, true).await?;
+            Migrator::up(&db, None).await?;
+            db.close().await
+        }
+        DatabaseTarget::Postgres { .. } => {
+            let db = connect(target, 1).await?;
+            db.execute_unprepared(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
+                .await?;
+            let migrated = Migrator::up(&db, None).await;
+            let unlocked = db
+                .execute_unprepared(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+                .await;
+            migrated?;
+            unlocked?;
+            db.close().await
+        }
+    }
 }

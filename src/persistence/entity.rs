@@ -1,5 +1,5 @@
 //! SeaORM entity of `timer_schedules`. Timestamps stay text here: the fixed-width format is
-//! what the index orders by, and conversion happens once, in `store`.
+//! what the indexes order by, and conversion happens once, in `store`.
 
 use sea_orm::entity::prelude::*;
 
@@ -11,11 +11,18 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub service_call_id: String,
     pub correlation_id: String,
-    pub due_at: String,
+    /// NULL only for a tombstone.
+    pub due_at: Option<String>,
     pub registered_at: String,
     pub reached_at: Option<String>,
+    pub cancelled_at: Option<String>,
     pub state: String,
     pub command_seq: i64,
+    /// While `Cancelled`: the sequence of the command that cancelled it.
+    pub cancelled_seq: Option<i64>,
+    /// The daemon that picked this timer for firing, and until when its claim holds.
+    pub claimed_by: Option<String>,
+    pub claim_until: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

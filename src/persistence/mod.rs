@@ -1,12 +1,13 @@
 //! Persistence: the only code that touches SeaORM and SQLite.
 //!
 //! - `db`: opening the SQLite file with the durability settings, and running migrations.
-//! - `entity`: the SeaORM model of `timer_schedules`.
+//! - `entity`: the SeaORM model of `timer_schedules`; `daemons`: the health probe's table.
 //! - `store`: every query the service runs, batch-shaped, one transaction per call.
 
+pub mod daemons;
 pub mod db;
 pub mod entity;
 pub mod store;
 
 pub use db::{SqliteSettings, Synchronous};
-pub use store::{DueBatch, Store, StoreError};
+pub use store::{Claimant, DueBatch, Store, StoreError};

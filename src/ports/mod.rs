@@ -1,9 +1,11 @@
 //! Ports: the edges of the core. Actors depend on these traits, never on a broker or a clock.
 
+pub mod api;
 pub mod clock;
 pub mod command_source;
 pub mod event_bus;
 
+pub use api::{ApiReply, ApiRequest, ApiServer, CommandPublisher};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use command_source::{CommandSource, CommandSourceFactory, Delivery, InboundCommand};
 pub use event_bus::{BusError, EventBus, InMemoryEventBus, OutgoingEvent};

@@ -1,10 +1,15 @@
 //! Shared test harness: a real `nats-server` per test (own port, own storage directory, killable
 //! and restartable), the daemon in-process or as a child process, and a client that speaks the
 //! wire contract with plain JSON.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
+pub mod database;
+pub mod nats_cluster;
 mod nats_server;
-pub use nats_server::NatsServer;
+pub mod pki;
+mod small_disk;
+pub use nats_server::{NatsServer, free_port};
+pub use small_disk::SmallDisk;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -16,6 +21,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use timer_service::Config;
+use timer_service::persistence::db::DatabaseTarget;
 
 /// Polls `check` until it yields `Some`, or panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
@@ -35,20 +41,52 @@ where
     }
 }
 
-/// A scratch directory holding the daemon's SQLite file.
+/// A test's scratch directory and its database: the SQLite file in the directory, or, in a
+/// PostgreSQL run (see [`database`]), a PostgreSQL database of the test's own.
 pub struct Scratch {
     pub dir: TempDir,
+    postgres: Option<database::PostgresDatabase>,
 }
 
 impl Scratch {
     pub fn new() -> Self {
+        let postgres = database::postgres_run().then(|| {
+            database::PostgresDatabase::create()
+                .unwrap_or_else(|e| panic!("{e} (unset TEST_DATABASE to run on SQLite)"))
+        });
         Self {
             dir: tempfile::tempdir().expect("tempdir"),
+            postgres,
         }
     }
 
+    /// The SQLite file (used unless this is a PostgreSQL run).
     pub fn db_path(&self) -> PathBuf {
         self.dir.path().join("timers.db")
+    }
+
+    /// The test's database.
+    pub fn database(&self) -> DatabaseTarget {
+        match &self.postgres {
+            Some(pg) => DatabaseTarget::Postgres {
+                url: pg.url.clone(),
+            },
+            None => DatabaseTarget::sqlite(self.db_path()),
+        }
+    }
+
+    /// The PostgreSQL URL, in a PostgreSQL run.
+    pub fn database_url(&self) -> Option<String> {
+        self.postgres.as_ref().map(|pg| pg.url.clone())
+    }
+
+    /// A test of something only a SQLite file has says so and is skipped in a PostgreSQL run.
+    pub fn sqlite_only(&self, what: &str) -> bool {
+        if self.postgres.is_some() {
+            eprintln!("{what}: a SQLite file's concern; skipped in the PostgreSQL run");
+            return false;
+        }
+        true
     }
 }
 
@@ -58,6 +96,11 @@ pub fn config(server: &NatsServer, scratch: &Scratch) -> Config {
     Config {
         broker_url: server.url(),
         db_path: scratch.db_path(),
+        database_url: scratch.database_url(),
+        // No HTTP unless a test asks for it: daemons of one test binary would share a port.
+        http: timer_service::config::HttpSettings {
+            listen: String::new(),
+        },
         ..Config::default()
     }
 }
@@ -83,6 +126,11 @@ pub struct DaemonProcess {
 
 impl DaemonProcess {
     pub fn start(server: &NatsServer, scratch: &Scratch) -> Self {
+        Self::start_with(server, scratch, &[])
+    }
+
+    /// The daemon with extra environment settings (`TIMER_HTTP_LISTEN`, `TIMER_LOG_FORMAT`…).
+    pub fn start_with(server: &NatsServer, scratch: &Scratch, env: &[(&str, &str)]) -> Self {
         let log = scratch
             .dir
             .path()
@@ -94,7 +142,15 @@ impl DaemonProcess {
             .arg(scratch.dir.path().join("absent-config.toml"))
             .env("TIMER_BROKER_URL", server.url())
             .env("TIMER_DB_PATH", scratch.db_path())
+            .envs(
+                scratch
+                    .database_url()
+                    .map(|url| ("TIMER_DATABASE_URL", url)),
+            )
             .env("RUST_LOG", "info,timer_service=debug")
+            .env("TIMER_HTTP_LISTEN", "")
+            .env("TIMER_NAME", "test")
+            .envs(env.iter().copied())
             .stdout(out.try_clone().expect("log"))
             .stderr(out)
             .spawn()
@@ -141,6 +197,11 @@ impl Drop for DaemonProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `t` truncated to the millisecond, as the service stores an instant given at that precision.
+pub fn millis(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).expect("in range")
 }
 
 pub fn rfc3339(t: DateTime<Utc>) -> String {
@@ -207,9 +268,14 @@ pub struct TestClient {
 
 impl TestClient {
     pub async fn connect(server: &NatsServer) -> Self {
+        Self::connect_to(&server.url()).await
+    }
+
+    /// A client of the servers at `urls` (comma-separated: a cluster).
+    pub async fn connect_to(urls: &str) -> Self {
         let client = async_nats::ConnectOptions::new()
             .retry_on_initial_connect()
-            .connect(server.url())
+            .connect(timer_service::nats::server_addrs(urls).expect("URLs"))
             .await
             .expect("connect");
         let js = jetstream::new(client.clone());
@@ -249,6 +315,65 @@ impl TestClient {
             serde_json::to_vec(&command).expect("json"),
         )
         .await;
+    }
+
+    /// Publishes a ScheduleTimer for each of `ids`, a thousand PubAcks in flight at a time, and
+    /// returns once the broker has stored every one.
+    pub async fn schedule_many(&self, tenant: &str, ids: &[String], due_at: DateTime<Utc>) {
+        let subject = format!("timer.cmd.schedule.{tenant}");
+        for chunk in ids.chunks(1000) {
+            let mut acks = Vec::with_capacity(chunk.len());
+            for id in chunk {
+                let command = schedule_command(tenant, id, &rfc3339(due_at), None);
+                let bytes = serde_json::to_vec(&command).expect("json");
+                acks.push(
+                    self.js
+                        .publish(subject.clone(), bytes.into())
+                        .await
+                        .expect("publish"),
+                );
+            }
+            for ack in acks {
+                ack.await.expect("PubAck");
+            }
+        }
+    }
+
+    /// Waits until every one of `ids` of `tenant` has fired at least once, and asserts that
+    /// none was stored before its `dueAt`. Returns every due event of `tenant`.
+    pub async fn await_all_fired(
+        &self,
+        tenant: &str,
+        ids: &[String],
+        timeout: Duration,
+    ) -> Vec<StoredEvent> {
+        let filter = format!("timer.evt.due.{tenant}");
+        let events = eventually(timeout, "every timer to fire", || async {
+            let events = self.events(&filter).await;
+            let fired: std::collections::HashSet<&str> =
+                events.iter().map(|e| e.service_call_id()).collect();
+            ids.iter()
+                .all(|id| fired.contains(id.as_str()))
+                .then_some(events.clone())
+        })
+        .await;
+        for event in &events {
+            assert!(
+                event.stored_at >= event.due_at(),
+                "{} fired before dueAt",
+                event.service_call_id()
+            );
+        }
+        events
+    }
+
+    /// The distinct service call ids of `tenant` that have a `DueTimeReached` on the stream.
+    pub async fn fired_ids(&self, tenant: &str) -> std::collections::HashSet<String> {
+        self.events(&format!("timer.evt.due.{tenant}"))
+            .await
+            .iter()
+            .map(|e| e.service_call_id().to_owned())
+            .collect()
     }
 
     /// Every event stored so far on subjects matching `filter` (e.g. `timer.evt.due.>`), in
@@ -364,4 +489,115 @@ impl TestClient {
         let info = consumer.info().await.expect("consumer info");
         info.num_pending + info.num_ack_pending as u64
     }
+}
+
+/// Waits until the stored timer `tenant`/`id` is in `state` (its event can reach a subscriber
+/// a moment before the row is marked), and returns it.
+pub async fn await_state(
+    persistence: &timer_service::actors::PersistenceClient,
+    tenant: &str,
+    id: &str,
+    state: timer_service::domain::TimerState,
+) -> timer_service::domain::Timer {
+    eventually(
+        Duration::from_secs(10),
+        &format!("{tenant}/{id} {state}"),
+        || async {
+            persistence
+                .get(tenant, id)
+                .await
+                .ok()
+                .flatten()
+                .filter(|t| t.state == state)
+        },
+    )
+    .await
+}
+
+/// The claimant a test's own Persistence or Store uses (the name a test daemon gets too).
+pub fn claimant() -> timer_service::persistence::Claimant {
+    timer_service::persistence::Claimant {
+        name: "test".into(),
+        lease: Duration::from_secs(30),
+    }
+}
+
+/// An accepted ScheduleTimer for `tenant`/`id` due at `due_at`, with stream sequence `seq`.
+pub fn schedule_at(
+    tenant: &str,
+    id: &str,
+    seq: u64,
+    due_at: DateTime<Utc>,
+) -> timer_service::domain::Command {
+    timer_service::domain::Command {
+        tenant_id: tenant.into(),
+        service_call_id: id.into(),
+        correlation_id: format!("corr-{seq}"),
+        action: timer_service::domain::Action::Schedule { due_at },
+        seq,
+        received_at: due_at,
+    }
+}
+
+/// An accepted CancelTimer for `tenant`/`id`, with stream sequence `seq`, received at `at`.
+pub fn cancel_at(
+    tenant: &str,
+    id: &str,
+    seq: u64,
+    at: DateTime<Utc>,
+) -> timer_service::domain::Command {
+    timer_service::domain::Command {
+        action: timer_service::domain::Action::Cancel,
+        received_at: at,
+        ..schedule_at(tenant, id, seq, at)
+    }
+}
+
+/// Rows of the database by state, read on a connection of the test's own.
+pub async fn rows_by_state(database: &DatabaseTarget) -> std::collections::BTreeMap<String, i64> {
+    use sea_orm::{ConnectionTrait, Statement};
+    let db = timer_service::persistence::db::connect(database, 1)
+        .await
+        .expect("open the database");
+    let rows = db
+        .query_all_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT state, COUNT(*) FROM timer_schedules GROUP BY state",
+        ))
+        .await
+        .expect("count rows");
+    let counts = rows
+        .iter()
+        .map(|row| {
+            (
+                row.try_get_by_index::<String>(0).expect("state"),
+                row.try_get_by_index::<i64>(1).expect("count"),
+            )
+        })
+        .collect();
+    db.close().await.expect("close");
+    counts
+}
+
+/// A plain HTTP/1.1 GET: the status code and the body, or `None` when nothing answers.
+pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+/// The value of one series in a Prometheus text exposition (`name{labels}` as written there,
+/// labels in the exporter's order), if present.
+pub fn metric(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok())?
+    })
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-fn free_port() -> u16 {
+/// A TCP port nobody listens on right now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -26,14 +27,35 @@ pub fn nats_server_bin() -> PathBuf {
 pub struct NatsServer {
     pub port: u16,
     store: TempDir,
+    /// A configuration file to start from, instead of command-line flags.
+    config: Option<PathBuf>,
     child: Option<Child>,
 }
 
 impl NatsServer {
     pub fn start() -> Self {
+        Self::start_with(None::<fn(u16, &std::path::Path) -> String>)
+    }
+
+    /// A server started from the configuration `config(port, store_dir)` returns (which must
+    /// listen on that port and keep JetStream in that directory).
+    pub fn start_with_config(config: impl FnOnce(u16, &std::path::Path) -> String) -> Self {
+        Self::start_with(Some(config))
+    }
+
+    fn start_with(config: Option<impl FnOnce(u16, &std::path::Path) -> String>) -> Self {
+        let port = free_port();
+        let store = tempfile::tempdir().expect("tempdir");
+        let config = config.map(|config| {
+            let path = store.path().join("nats-server.conf");
+            let text = config(port, &store.path().join("js"));
+            std::fs::write(&path, text).expect("write the server configuration");
+            path
+        });
         let mut server = Self {
-            port: free_port(),
-            store: tempfile::tempdir().expect("tempdir"),
+            port,
+            store,
+            config,
             child: None,
         };
         server.spawn();
@@ -43,16 +65,21 @@ impl NatsServer {
     fn spawn(&mut self) {
         let log =
             std::fs::File::create(self.store.path().join("nats-server.log")).expect("log file");
-        let child = Command::new(nats_server_bin())
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-js",
-                "-sd",
-            ])
-            .arg(self.store.path().join("js"))
+        let mut command = Command::new(nats_server_bin());
+        match &self.config {
+            Some(config) => command.arg("-c").arg(config),
+            None => command
+                .args([
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    &self.port.to_string(),
+                    "-js",
+                    "-sd",
+                ])
+                .arg(self.store.path().join("js")),
+        };
+        let child = command
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -66,6 +93,11 @@ impl NatsServer {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The server process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     pub fn url(&self) -> String {

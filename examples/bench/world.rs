@@ -1,0 +1,228 @@
+//! One workload's private world: a fresh `nats-server`, a fresh database (a SQLite file in the
+//! workload's directory, or a PostgreSQL database created for it and dropped after), and the
+//! daemons started on them. A database may start as a copy of a prefilled base (pending timers
+//! already stored), built once and cached.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use sea_orm::ConnectionTrait;
+use timer_service::persistence::db::{DatabaseTarget, migrate};
+
+use crate::daemon::{Daemon, Observer, Settings};
+use crate::nats_server::NatsServer;
+
+/// Where a workload keeps its timers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    /// PostgreSQL, through this administrative URL (databases are created and dropped there).
+    Postgres {
+        admin: String,
+    },
+}
+
+impl Backend {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres { .. } => "PostgreSQL",
+        }
+    }
+
+    fn url_of(admin: &str, database: &str) -> String {
+        let base = admin.rsplit_once('/').map_or(admin, |(base, _)| base);
+        format!("{base}/{database}")
+    }
+
+    async fn admin(admin: &str, sql: &str) {
+        let db = sea_orm::Database::connect(admin).await.expect("PostgreSQL");
+        db.execute_unprepared(sql).await.expect(sql);
+        db.close().await.expect("close");
+    }
+
+    /// A base holding `n` pending timers due in 2099 (they never fire), cached: a file in
+    /// `cache/`, or a PostgreSQL database used as a template.
+    pub async fn pending_base(&self, cache: &Path, n: u64) -> Base {
+        let far = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+            .expect("date")
+            .with_timezone(&chrono::Utc);
+        self.base(cache, &format!("pending_{n}"), |observer| async move {
+            observer.prefill(n, "fill", far, 1_000, None).await;
+        })
+        .await
+    }
+
+    /// A base built by `fill` on a migrated database, cached under `name`.
+    pub async fn base<F, Fut>(&self, cache: &Path, name: &str, fill: F) -> Base
+    where
+        F: FnOnce(Observer) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        match self {
+            Backend::Sqlite => {
+                let path = cache.join(format!("{name}.db"));
+                if !path.exists() {
+                    eprintln!("building {} (cached)", path.display());
+                    let building = path.with_extension("building");
+                    let _ = std::fs::remove_file(&building);
+                    let target = DatabaseTarget::sqlite(&building);
+                    migrate(&target).await.expect("migrate");
+                    let observer = Observer::open(&target).await;
+                    fill(observer).await;
+                    std::fs::rename(&building, &path).expect("rename");
+                }
+                Base::Sqlite(path)
+            }
+            Backend::Postgres { admin } => {
+                let database = format!("timer_bench_base_{name}");
+                let exists = {
+                    let db = sea_orm::Database::connect(admin.as_str())
+                        .await
+                        .expect("PostgreSQL");
+                    let found = db
+                        .query_one_raw(sea_orm::Statement::from_string(
+                            db.get_database_backend(),
+                            format!("SELECT 1 FROM pg_database WHERE datname = '{database}'"),
+                        ))
+                        .await
+                        .expect("query")
+                        .is_some();
+                    db.close().await.expect("close");
+                    found
+                };
+                if !exists {
+                    eprintln!("building PostgreSQL database {database} (kept as a template)");
+                    let building = format!("{database}_building");
+                    Self::admin(admin, &format!("DROP DATABASE IF EXISTS {building}")).await;
+                    Self::admin(admin, &format!("CREATE DATABASE {building}")).await;
+                    let target = DatabaseTarget::Postgres {
+                        url: Self::url_of(admin, &building),
+                    };
+                    migrate(&target).await.expect("migrate");
+                    let observer = Observer::open(&target).await;
+                    fill(observer).await;
+                    Self::admin(
+                        admin,
+                        &format!("ALTER DATABASE {building} RENAME TO {database}"),
+                    )
+                    .await;
+                }
+                Base::Postgres(database)
+            }
+        }
+    }
+}
+
+/// A prefilled database to start a workload from.
+#[derive(Debug, Clone)]
+pub enum Base {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+pub struct World {
+    pub server: NatsServer,
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+    pub dir: PathBuf,
+    pub database: DatabaseTarget,
+    backend: Backend,
+    /// A PostgreSQL database of this world's own, dropped with it.
+    postgres: Option<String>,
+}
+
+impl World {
+    /// A fresh broker and a fresh, migrated database (a copy of `base` when given).
+    pub async fn new(dir: &Path, backend: &Backend, base: Option<&Base>) -> Self {
+        std::fs::create_dir_all(dir).expect("dir");
+        let server = NatsServer::start();
+        let client = async_nats::connect(server.url()).await.expect("connect");
+        let js = jetstream::new(client.clone());
+        let (database, postgres) = match backend {
+            Backend::Sqlite => {
+                let path = dir.join("timers.db");
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+                if let Some(Base::Sqlite(base)) = base {
+                    std::fs::copy(base, &path).expect("copy base");
+                    // On disk before the daemon starts, as a long-lived database would be.
+                    std::fs::File::open(&path)
+                        .and_then(|f| f.sync_all())
+                        .expect("sync copy");
+                }
+                (DatabaseTarget::sqlite(path), None)
+            }
+            Backend::Postgres { admin } => {
+                let name = format!("timer_bench_{}", uuid::Uuid::now_v7().simple());
+                let template = match base {
+                    Some(Base::Postgres(base)) => format!(" TEMPLATE {base}"),
+                    _ => String::new(),
+                };
+                Backend::admin(admin, &format!("CREATE DATABASE {name}{template}")).await;
+                let url = Backend::url_of(admin, &name);
+                (DatabaseTarget::Postgres { url }, Some(name))
+            }
+        };
+        migrate(&database).await.expect("migrate");
+        Self {
+            server,
+            client,
+            js,
+            dir: dir.to_owned(),
+            database,
+            backend: backend.clone(),
+            postgres,
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.postgres.is_some()
+    }
+
+    pub fn daemon(&self, settings: &Settings) -> Daemon {
+        Daemon::start(
+            &self.server.url(),
+            &self.database,
+            settings,
+            &self.dir.join(format!("{}.log", settings.name)),
+        )
+    }
+
+    pub async fn observer(&self) -> Observer {
+        Observer::open(&self.database).await
+    }
+
+    pub async fn wait_for_command_stream(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.js.get_stream("TIMER_COMMANDS").await.is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon never created its streams"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let (Some(name), Backend::Postgres { admin }) = (&self.postgres, &self.backend) {
+            let (name, admin) = (name.clone(), admin.clone());
+            // Dropped from a thread of its own: Drop cannot await on the caller's runtime.
+            let _ = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime")
+                    .block_on(Backend::admin(
+                        &admin,
+                        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                    ))
+            })
+            .join();
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! ApiResponder actor: answers the query and cancel API (CONTRACT.md §6) — `get`, `list`,
+//! `cancel`, `stats` on `timer.api.<verb>.<tenantId>`.
+//!
+//! Every request is scoped by the tenant in its subject: reads go through Persistence with that
+//! tenant, so another tenant's timer is simply not found. A `cancel` is ordered with every other
+//! command: it is published as a `CancelTimer` to the command stream, applied with the sequence
+//! the PubAck gave it, and answered only once committed (the CommandHandler meets the same
+//! command later and changes nothing). A bad request is answered 400 with a reason.
+//!
+//! Requests are handled in tasks of their own (at most [`MAX_IN_FLIGHT`] at once), so a slow
+//! one holds up no other; a request's failure or panic reaches only its caller. When the
+//! service cannot receive any more (the connection closed), the actor fails and is restarted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::Semaphore;
+
+use super::persistence::{CallError, PersistenceClient};
+use super::registry::Registry;
+use super::supervisor::NamedActor;
+use super::task::AbortOnDrop;
+use crate::backoff;
+use crate::domain::api::{
+    ApiError, Verb, cancel_reply, get_reply, list_reply, parse_key_request, parse_list_request,
+    parse_stats_request, stats_reply,
+};
+use crate::domain::command::{cancel_timer_command, check_tenant_id, generated_correlation_id};
+use crate::domain::{Action, Command, Subjects};
+use crate::ports::{ApiRequest, ApiServer, Clock, CommandPublisher};
+
+/// Requests handled at once; more wait for a free slot.
+pub const MAX_IN_FLIGHT: usize = 64;
+/// How long a cancel waits for the commands published before it to be handled, so that its
+/// outcome is the one of its place in the stream; past this (a long backlog, storage failing)
+/// it is applied anyway.
+const EARLIER_COMMANDS_WAIT: Duration = Duration::from_secs(2);
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+pub struct ApiResponder;
+
+impl NamedActor for ApiResponder {
+    const NAME: &'static str = "api_responder";
+}
+
+#[derive(Clone)]
+pub struct ApiResponderArgs {
+    pub registry: Registry,
+    pub server: Arc<dyn ApiServer>,
+    pub publisher: Arc<dyn CommandPublisher>,
+    pub clock: Arc<dyn Clock>,
+    pub subjects: Subjects,
+}
+
+pub struct ApiResponderState {
+    args: ApiResponderArgs,
+    /// The task receiving requests; aborted (stopping the service) when the actor ends.
+    serving: Option<AbortOnDrop>,
+    failed_starts: u32,
+}
+
+pub enum ApiResponderMsg {
+    /// Start the service (again, after a failed attempt).
+    Start,
+    /// The service can no longer receive requests.
+    Ended,
+}
+
+impl Actor for ApiResponder {
+    type Msg = ApiResponderMsg;
+    type State = ApiResponderState;
+    type Arguments = ApiResponderArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: ApiResponderArgs,
+    ) -> Result<ApiResponderState, ActorProcessingErr> {
+        Ok(ApiResponderState {
+            args,
+            serving: None,
+            failed_starts: 0,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _state: &mut ApiResponderState,
+    ) -> Result<(), ActorProcessingErr> {
+        myself.cast(ApiResponderMsg::Start)?;
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut ApiResponderState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.serving.take();
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: ApiResponderMsg,
+        state: &mut ApiResponderState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ApiResponderMsg::Start => match state.args.server.start().await {
+                Ok(requests) => {
+                    tracing::info!(
+                        actor = ApiResponder::NAME,
+                        prefix = state.args.subjects.api_prefix(),
+                        "answering the query and cancel API"
+                    );
+                    state.failed_starts = 0;
+                    let handler = Handler::new(&state.args);
+                    let task = tokio::spawn(serve(requests, handler, myself.clone()));
+                    state.serving = Some(AbortOnDrop(task));
+                }
+                Err(e) => {
+                    state.failed_starts += 1;
+                    let delay = backoff::exponential(state.failed_starts, FIRST_RETRY, MAX_RETRY);
+                    tracing::warn!(actor = ApiResponder::NAME, error = %e,
+                        retry_in_ms = delay.as_millis() as u64, "cannot start the API");
+                    myself.send_after(delay, || ApiResponderMsg::Start);
+                }
+            },
+            ApiResponderMsg::Ended => {
+                return Err("the API service stopped receiving requests".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Receives requests and answers each in a task of its own.
+async fn serve(
+    mut requests: futures::stream::BoxStream<'static, ApiRequest>,
+    handler: Handler,
+    actor: ActorRef<ApiResponderMsg>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    while let Some(request) = requests.next().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let result = handler.handle(&request.subject, &request.payload).await;
+            let verb = handler.verb_of(&request.subject);
+            let code = result.as_ref().map_or_else(|e| e.code, |_| 200);
+            metrics::counter!(crate::telemetry::API_REQUESTS, "verb" => verb, "code" => code.to_string())
+                .increment(1);
+            if let Err(e) = &result {
+                let level_error = e.code >= 500;
+                if level_error {
+                    tracing::error!(actor = ApiResponder::NAME, subject = %request.subject,
+                        code = e.code, reason = %e.message, "API request failed");
+                } else {
+                    tracing::debug!(actor = ApiResponder::NAME, subject = %request.subject,
+                        code = e.code, reason = %e.message, "API request refused");
+                }
+            }
+            if let Err(e) = request.reply.send(result).await {
+                tracing::warn!(actor = ApiResponder::NAME, error = %e, "API reply not sent");
+            }
+            drop(slot);
+        });
+    }
+    let _ = actor.cast(ApiResponderMsg::Ended);
+}
+
+/// Everything one request needs; cheap to clone into each request's task.
+#[derive(Clone)]
+struct Handler {
+    persistence: PersistenceClient,
+    publisher: Arc<dyn CommandPublisher>,
+    clock: Arc<dyn Clock>,
+    subjects: Subjects,
+}
+
+impl Handler {
+    fn new(args: &ApiResponderArgs) -> Self {
+        Self {
+            persistence: args.registry.persistence(),
+            publisher: args.publisher.clone(),
+            clock: args.clock.clone(),
+            subjects: args.subjects.clone(),
+        }
+    }
+
+    /// Answers one request on `subject` (`<api prefix>.<verb>.<tenantId>`).
+    async fn handle(&self, subject: &str, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+        let (verb, tenant_id) = self.route(subject)?;
+        let storage = |e: CallError| ApiError::internal(format!("storage unavailable: {e}"));
+        match verb {
+            Verb::Get => {
+                let service_call_id = parse_key_request(verb, body)?;
+                match self
+                    .persistence
+                    .get(tenant_id, &service_call_id)
+                    .await
+                    .map_err(storage)?
+                {
+                    Some(timer) => get_reply(&timer),
+                    None => Err(ApiError::not_found(format!(
+                        "no timer {service_call_id:?} for tenant {tenant_id:?}"
+                    ))),
+                }
+            }
+            Verb::List => {
+                let (filter, limit) = parse_list_request(body)?;
+                let page = self
+                    .persistence
+                    .list(tenant_id, filter, limit)
+                    .await
+                    .map_err(storage)?;
+                list_reply(&page)
+            }
+            Verb::Stats => {
+                parse_stats_request(body)?;
+                let stats = self
+                    .persistence
+                    .stats(tenant_id, self.clock.now())
+                    .await
+                    .map_err(storage)?;
+                stats_reply(&stats)
+            }
+            Verb::Cancel => {
+                let service_call_id = parse_key_request(verb, body)?;
+                self.cancel(tenant_id, service_call_id).await
+            }
+        }
+    }
+
+    /// The verb of a request subject, for metrics (`unknown` when it names none).
+    fn verb_of(&self, subject: &str) -> &'static str {
+        self.route(subject)
+            .map(|(verb, _)| verb.as_str())
+            .unwrap_or("unknown")
+    }
+
+    /// The verb and tenant of a request subject; a malformed tenant is a bad request.
+    fn route<'s>(&self, subject: &'s str) -> Result<(Verb, &'s str), ApiError> {
+        let rest = subject
+            .strip_prefix(self.subjects.api_prefix())
+            .and_then(|rest| rest.strip_prefix('.'))
+            .ok_or_else(|| ApiError::bad_request(format!("unknown API subject {subject:?}")))?;
+        let (verb, tenant_id) = rest
+            .split_once('.')
+            .and_then(|(verb, tenant)| Some((Verb::parse(verb)?, tenant)))
+            .ok_or_else(|| ApiError::bad_request(format!("unknown API subject {subject:?}")))?;
+        check_tenant_id(tenant_id).map_err(ApiError::bad_request)?;
+        Ok((verb, tenant_id))
+    }
+
+    /// Orders the cancel in the command stream, applies it with that order, and answers.
+    async fn cancel(&self, tenant_id: &str, service_call_id: String) -> Result<Vec<u8>, ApiError> {
+        let now = self.clock.now();
+        let correlation_id = generated_correlation_id();
+        let envelope = cancel_timer_command(tenant_id, &service_call_id, &correlation_id, now);
+        let bytes = serde_json::to_vec(&envelope)
+            .map_err(|e| ApiError::internal(format!("cannot encode the CancelTimer: {e}")))?;
+        let seq = self
+            .publisher
+            .publish(self.subjects.cancel(tenant_id), Bytes::from(bytes))
+            .await
+            .map_err(|e| {
+                ApiError::internal(format!(
+                    "cancel not accepted: the command stream did not store it ({e})"
+                ))
+            })?;
+        self.wait_for_earlier_commands(seq).await;
+        let command = Command {
+            tenant_id: tenant_id.to_owned(),
+            service_call_id,
+            correlation_id,
+            action: Action::Cancel,
+            seq,
+            received_at: now,
+        };
+        let (outcome, timer) = self.persistence.cancel(command).await.map_err(|e| {
+            ApiError::internal(format!(
+                "the CancelTimer is in the command stream (sequence {seq}) and is applied once \
+                 storage works again, but it is not applied yet: {e}"
+            ))
+        })?;
+        cancel_reply(outcome, timer.as_ref())
+    }
+
+    /// Waits until every command before `seq` has been handled: a ScheduleTimer sent just
+    /// before this cancel is then applied first, as its place in the stream says.
+    async fn wait_for_earlier_commands(&self, seq: u64) {
+        let deadline = tokio::time::Instant::now() + EARLIER_COMMANDS_WAIT;
+        loop {
+            match self.publisher.handled_through().await {
+                Ok(floor) if floor + 1 >= seq => return,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(actor = ApiResponder::NAME, error = %e,
+                        "cannot tell which commands are handled; applying the cancel now");
+                    return;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    actor = ApiResponder::NAME,
+                    seq,
+                    "earlier commands still pending; applying the cancel ahead of them"
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}

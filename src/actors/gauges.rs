@@ -1,0 +1,127 @@
+//! Gauges actor: keeps `timer_scheduled` (pending timers) up to date.
+//!
+//! Counting walks the pending index — 0.3 s for ten million timers on a 2-core machine — so it
+//! runs every [`INTERVAL`] on a connection of this actor's own, never in Persistence's queue
+//! where it would hold up firing. It only ever reads. A failed count is skipped (the gauge keeps its last
+//! value) and the connection reopened next time.
+
+use std::time::Duration;
+
+use ractor::concurrency::JoinHandle;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use super::supervisor::NamedActor;
+use crate::persistence::db::DatabaseTarget;
+use crate::persistence::{SqliteSettings, Store};
+
+/// How often pending timers are counted.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+pub struct Gauges;
+
+impl NamedActor for Gauges {
+    const NAME: &'static str = "gauges";
+}
+
+#[derive(Debug, Clone)]
+pub struct GaugesArgs {
+    pub database: DatabaseTarget,
+}
+
+pub struct GaugesState {
+    args: GaugesArgs,
+    store: Option<Store>,
+    tick: Option<JoinHandle<()>>,
+}
+
+pub enum GaugesMsg {
+    Refresh,
+}
+
+impl Actor for Gauges {
+    type Msg = GaugesMsg;
+    type State = GaugesState;
+    type Arguments = GaugesArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: GaugesArgs,
+    ) -> Result<GaugesState, ActorProcessingErr> {
+        Ok(GaugesState {
+            args,
+            store: None,
+            tick: None,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut GaugesState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.tick = Some(myself.send_interval(INTERVAL, || GaugesMsg::Refresh));
+        myself.cast(GaugesMsg::Refresh)?;
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut GaugesState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(tick) = state.tick.take() {
+            tick.abort();
+        }
+        if let Some(store) = state.store.take() {
+            let _ = store.close().await;
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: GaugesMsg,
+        state: &mut GaugesState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            GaugesMsg::Refresh => {
+                if state.store.is_none() {
+                    // A small cache: counting reads the pending index once, nothing else.
+                    let target = match &state.args.database {
+                        DatabaseTarget::Sqlite { path, settings } => DatabaseTarget::Sqlite {
+                            path: path.clone(),
+                            settings: SqliteSettings {
+                                cache_kib: 2_048,
+                                ..settings.clone()
+                            },
+                        },
+                        postgres => postgres.clone(),
+                    };
+                    match Store::open(&target).await {
+                        Ok(store) => state.store = Some(store),
+                        Err(e) => {
+                            tracing::debug!(actor = Gauges::NAME, error = %e, "cannot count pending timers");
+                            return Ok(());
+                        }
+                    }
+                }
+                let Some(store) = &state.store else {
+                    return Ok(());
+                };
+                match store.count_pending().await {
+                    Ok(pending) => metrics::gauge!(crate::telemetry::SCHEDULED).set(pending as f64),
+                    Err(e) => {
+                        tracing::debug!(actor = Gauges::NAME, error = %e, "cannot count pending timers");
+                        if let Some(store) = state.store.take() {
+                            let _ = store.close().await;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

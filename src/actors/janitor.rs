@@ -1,0 +1,140 @@
+//! Janitor actor: retention. Deletes `Reached` and `Cancelled` timers that finished more than
+//! `keep_finished` ago (CONTRACT.md §7), so the database does not grow with every timer ever
+//! fired.
+//!
+//! Deletes go through Persistence like every write, in batches of [`BATCH`] rows, one short
+//! transaction each and one message at a time: whatever the Poller or the CommandHandler sends
+//! meanwhile is served between two batches, so a backlog of a million finished rows never holds
+//! the writer for longer than one batch. A sweep runs every [`INTERVAL`] and goes on batch after
+//! batch while a batch comes back full. A failed batch (storage failing) waits for the next
+//! sweep; the Janitor itself never fails over it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::concurrency::JoinHandle;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use super::registry::Registry;
+use super::supervisor::NamedActor;
+use crate::ports::Clock;
+
+/// Finished rows deleted per transaction.
+pub const BATCH: usize = 1_000;
+/// Time between sweeps.
+pub const INTERVAL: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+pub struct Janitor;
+
+impl NamedActor for Janitor {
+    const NAME: &'static str = "janitor";
+}
+
+#[derive(Clone)]
+pub struct JanitorArgs {
+    pub registry: Registry,
+    pub clock: Arc<dyn Clock>,
+    /// How long finished timers are kept; zero keeps them forever.
+    pub keep_finished: Duration,
+}
+
+pub struct JanitorState {
+    args: JanitorArgs,
+    tick: Option<JoinHandle<()>>,
+    /// Rows deleted in the sweep under way.
+    swept: u64,
+}
+
+pub enum JanitorMsg {
+    /// Delete one batch; another follows at once while batches come back full.
+    Sweep,
+}
+
+impl Actor for Janitor {
+    type Msg = JanitorMsg;
+    type State = JanitorState;
+    type Arguments = JanitorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: JanitorArgs,
+    ) -> Result<JanitorState, ActorProcessingErr> {
+        Ok(JanitorState {
+            args,
+            tick: None,
+            swept: 0,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut JanitorState,
+    ) -> Result<(), ActorProcessingErr> {
+        if state.args.keep_finished.is_zero() {
+            tracing::info!(
+                actor = Janitor::NAME,
+                "retention off: finished timers are kept"
+            );
+            return Ok(());
+        }
+        state.tick = Some(myself.send_interval(INTERVAL, || JanitorMsg::Sweep));
+        myself.cast(JanitorMsg::Sweep)?;
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut JanitorState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(tick) = state.tick.take() {
+            tick.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: JanitorMsg,
+        state: &mut JanitorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            JanitorMsg::Sweep => {
+                let keep = chrono::Duration::from_std(state.args.keep_finished)
+                    .unwrap_or(chrono::Duration::MAX);
+                let Some(cutoff) = state.args.clock.now().checked_sub_signed(keep) else {
+                    return Ok(());
+                };
+                match state
+                    .args
+                    .registry
+                    .persistence()
+                    .delete_finished(cutoff, BATCH)
+                    .await
+                {
+                    Ok(deleted) => {
+                        metrics::counter!(crate::telemetry::RETENTION_DELETED).increment(deleted);
+                        state.swept += deleted;
+                        if deleted as usize >= BATCH {
+                            myself.cast(JanitorMsg::Sweep)?;
+                        } else if state.swept > 0 {
+                            tracing::info!(actor = Janitor::NAME, deleted = state.swept,
+                                cutoff = %cutoff, "finished timers deleted");
+                            state.swept = 0;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(actor = Janitor::NAME, error = %e,
+                            "finished timers not deleted; trying again at the next sweep");
+                        state.swept = 0;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

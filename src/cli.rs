@@ -1,0 +1,366 @@
+//! `timer-service timers …`: schedule, look up, list, cancel and count timers of a running
+//! service, over NATS and the public contract only (it works against any deployment). Tables
+//! for people by default, the API's JSON with `--json`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::Utc;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use crate::client::{ClientError, TimerClient};
+use crate::domain::Subjects;
+use crate::domain::api::TimerView;
+use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
+use crate::domain::timestamp::format_utc;
+
+#[derive(Debug, Args)]
+pub struct TimersArgs {
+    /// NATS server(s) of the deployment (several: comma-separated).
+    #[arg(
+        long,
+        env = "TIMER_BROKER_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub server: String,
+    /// Print the service's JSON replies instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// NATS credentials file (JWT + nkey) of the user to act as.
+    #[arg(long)]
+    pub creds: Option<PathBuf>,
+    /// NATS user (with --password).
+    #[arg(long, requires = "password")]
+    pub user: Option<String>,
+    #[arg(long, requires = "user")]
+    pub password: Option<String>,
+    /// NATS token.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// CA certificate to trust the server with (PEM); turns TLS on.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate and key for mutual TLS (PEM).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Inbox prefix for replies; a tenant's user is often only allowed its own
+    /// (`_INBOX.acme`), so that no tenant can read another's replies.
+    #[arg(long, default_value = "_INBOX")]
+    pub inbox_prefix: String,
+    /// Subject prefix of the commands (`[nats] command_subject_prefix`).
+    #[arg(long, default_value = DEFAULT_COMMAND_PREFIX)]
+    pub command_prefix: String,
+    /// Subject prefix of the API (`[nats] api_subject_prefix`).
+    #[arg(long, default_value = DEFAULT_API_PREFIX)]
+    pub api_prefix: String,
+    #[command(subcommand)]
+    pub command: TimersCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TimersCommand {
+    /// Schedule a timer (publishes a ScheduleTimer command; it fires DueTimeReached at dueAt).
+    Schedule {
+        /// The tenant (tenantId) the timer belongs to.
+        #[arg(long)]
+        tenant: String,
+        /// The timer's serviceCallId: one timer per (tenant, id); scheduling again reschedules.
+        #[arg(long)]
+        id: String,
+        /// When it fires, RFC 3339 with a zone (2026-11-22T10:00:00Z).
+        #[arg(long, conflicts_with = "delay", required_unless_present = "delay")]
+        at: Option<String>,
+        /// When it fires, from now (30s, 15m, 2h, 7d).
+        #[arg(long = "in", value_name = "DURATION", value_parser = humantime::parse_duration)]
+        delay: Option<Duration>,
+        /// Correlation id the timer carries (generated when left out).
+        #[arg(long)]
+        correlation_id: Option<String>,
+    },
+    /// Show one timer.
+    Get {
+        /// The tenant (tenantId) the timer belongs to.
+        #[arg(long)]
+        tenant: String,
+        /// The timer's serviceCallId.
+        #[arg(long)]
+        id: String,
+    },
+    /// List timers in (dueAt, id) order, a page at a time (or --all).
+    List {
+        /// The tenant (tenantId) the timer belongs to.
+        #[arg(long)]
+        tenant: String,
+        /// Scheduled, Reached or Cancelled.
+        #[arg(long)]
+        state: Option<String>,
+        /// The timers of one request trace.
+        #[arg(long)]
+        correlation_id: Option<String>,
+        /// Due at or after this instant (RFC 3339).
+        #[arg(long)]
+        due_from: Option<String>,
+        /// Due before this instant (RFC 3339).
+        #[arg(long)]
+        due_to: Option<String>,
+        /// Timers per page, 1–1000.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Continue after this cursor (printed as "next" by the previous page).
+        #[arg(long)]
+        after: Option<String>,
+        /// Follow the cursor to the last page.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Cancel a pending timer; answers once the cancel is applied.
+    Cancel {
+        /// The tenant (tenantId) the timer belongs to.
+        #[arg(long)]
+        tenant: String,
+        /// The timer's serviceCallId.
+        #[arg(long)]
+        id: String,
+    },
+    /// Count a tenant's pending and overdue timers, and show the next dueAt.
+    Stats {
+        /// The tenant (tenantId) the timer belongs to.
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("cannot connect to {server}: {message}")]
+    Connect { server: String, message: String },
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Runs one `timers` command, printing its result to stdout.
+pub async fn run(args: TimersArgs) -> Result<(), CliError> {
+    let client = TimerClient::new(
+        connect(&args).await?,
+        Subjects::new(&args.command_prefix, DEFAULT_EVENT_PREFIX, &args.api_prefix),
+    );
+    let json = args.json;
+    match args.command {
+        TimersCommand::Schedule {
+            tenant,
+            id,
+            at,
+            delay,
+            correlation_id,
+        } => {
+            let due_at = match (at, delay) {
+                (Some(at), _) => at,
+                (None, Some(delay)) => format_utc(
+                    Utc::now()
+                        + chrono::Duration::from_std(delay)
+                            .map_err(|e| CliError::Usage(e.to_string()))?,
+                ),
+                (None, None) => return Err(CliError::Usage("give --at or --in".into())),
+            };
+            let seq = client
+                .schedule(&tenant, &id, &due_at, correlation_id.as_deref())
+                .await?;
+            if json {
+                print_json(
+                    &json!({ "tenantId": tenant, "serviceCallId": id, "dueAt": due_at, "sequence": seq }),
+                );
+            } else {
+                println!("scheduled {tenant}/{id} at {due_at} (command stream sequence {seq})");
+            }
+        }
+        TimersCommand::Get { tenant, id } => {
+            let timer = client.get(&tenant, &id).await?;
+            if json {
+                print_json(&json!({ "timer": timer }));
+            } else {
+                print_timer(&timer);
+            }
+        }
+        TimersCommand::List {
+            tenant,
+            state,
+            correlation_id,
+            due_from,
+            due_to,
+            limit,
+            mut after,
+            all,
+        } => {
+            let mut rows = Vec::new();
+            loop {
+                let mut query = json!({ "limit": limit });
+                for (key, value) in [
+                    ("state", &state),
+                    ("correlationId", &correlation_id),
+                    ("dueFrom", &due_from),
+                    ("dueTo", &due_to),
+                    ("after", &after),
+                ] {
+                    if let Some(value) = value {
+                        query[key] = json!(value);
+                    }
+                }
+                let page = client.list(&tenant, query).await?;
+                rows.extend(page.timers);
+                after = page.next;
+                if !all || after.is_none() {
+                    break;
+                }
+            }
+            if json {
+                let mut reply = json!({ "timers": rows });
+                if let Some(next) = &after {
+                    reply["next"] = json!(next);
+                }
+                print_json(&reply);
+            } else {
+                print_table(&rows);
+                if let Some(next) = after {
+                    println!("more: --after '{next}'");
+                }
+            }
+        }
+        TimersCommand::Cancel { tenant, id } => {
+            let reply = client.cancel(&tenant, &id).await?;
+            if json {
+                print_json(&json!({ "outcome": reply.outcome, "timer": reply.timer }));
+            } else {
+                println!("{tenant}/{id}: {}", reply.outcome.replace('_', " "));
+                if let Some(timer) = &reply.timer {
+                    print_timer(timer);
+                }
+            }
+        }
+        TimersCommand::Stats { tenant } => {
+            let stats = client.stats(&tenant).await?;
+            if json {
+                print_json(
+                    &json!({ "scheduled": stats.scheduled, "overdue": stats.overdue, "nextDueAt": stats.next_due_at }),
+                );
+            } else {
+                println!("tenant     {tenant}");
+                println!("scheduled  {}", stats.scheduled);
+                println!("overdue    {}", stats.overdue);
+                println!("next due   {}", stats.next_due_at.as_deref().unwrap_or("-"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Connects as the user the flags name; fails at once when the server cannot be reached (a
+/// person is waiting), unlike the daemon, which waits for its broker.
+async fn connect(args: &TimersArgs) -> Result<async_nats::Client, CliError> {
+    let failed = |message: String| CliError::Connect {
+        server: args.server.clone(),
+        message,
+    };
+    let mut options = async_nats::ConnectOptions::new()
+        .name("timer-service timers")
+        .custom_inbox_prefix(&args.inbox_prefix)
+        .connection_timeout(Duration::from_secs(5));
+    if let Some(creds) = &args.creds {
+        options = options
+            .credentials_file(creds)
+            .await
+            .map_err(|e| failed(format!("credentials {}: {e}", creds.display())))?;
+    }
+    if let (Some(user), Some(password)) = (&args.user, &args.password) {
+        options = options.user_and_password(user.clone(), password.clone());
+    }
+    if let Some(token) = &args.token {
+        options = options.token(token.clone());
+    }
+    if let Some(ca) = &args.tls_ca {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        options = options
+            .add_client_certificate(cert.clone(), key.clone())
+            .require_tls(true);
+    }
+    let servers = crate::nats::server_addrs(&args.server).map_err(|e| failed(e.to_string()))?;
+    options
+        .connect(servers)
+        .await
+        .map_err(|e| failed(e.to_string()))
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+fn print_timer(timer: &TimerView) {
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    for (name, value) in [
+        ("tenant", timer.tenant_id.clone()),
+        ("id", timer.service_call_id.clone()),
+        ("state", timer.state.clone()),
+        ("due at", dash(&timer.due_at)),
+        ("registered at", timer.registered_at.clone()),
+        ("reached at", dash(&timer.reached_at)),
+        ("cancelled at", dash(&timer.cancelled_at)),
+        ("correlation id", timer.correlation_id.clone()),
+    ] {
+        println!("{name:<15} {value}");
+    }
+}
+
+fn print_table(timers: &[TimerView]) {
+    let header = [
+        "ID",
+        "STATE",
+        "DUE AT",
+        "REACHED/CANCELLED AT",
+        "CORRELATION ID",
+    ];
+    let rows: Vec<[String; 5]> = timers
+        .iter()
+        .map(|t| {
+            [
+                t.service_call_id.clone(),
+                t.state.clone(),
+                t.due_at.clone().unwrap_or_else(|| "-".into()),
+                t.reached_at
+                    .clone()
+                    .or_else(|| t.cancelled_at.clone())
+                    .unwrap_or_else(|| "-".into()),
+                t.correlation_id.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    println!("{}", line(&header.map(str::to_owned)));
+    for row in &rows {
+        println!("{}", line(row));
+    }
+    println!("({} timers)", timers.len());
+}

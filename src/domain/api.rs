@@ -1,0 +1,398 @@
+//! The query and cancel API (CONTRACT.md §6): requests, their validation, and replies. No I/O:
+//! the ApiResponder actor calls these, the NATS micro service carries the bytes.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::command::check_service_call_id;
+use super::timer::{CancelOutcome, Timer, TimerState};
+use super::timestamp::{format_utc, parse_due_at, parse_stored};
+
+/// Largest page `list` returns, and the default.
+pub const MAX_LIST_LIMIT: usize = 1000;
+pub const DEFAULT_LIST_LIMIT: usize = 100;
+
+/// The endpoints, by the subject token `timer.api.<verb>.<tenantId>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    List,
+    Cancel,
+    Stats,
+}
+
+impl Verb {
+    pub const ALL: [Verb; 4] = [Verb::Get, Verb::List, Verb::Cancel, Verb::Stats];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Cancel => "cancel",
+            Verb::Stats => "stats",
+        }
+    }
+
+    pub fn parse(token: &str) -> Option<Verb> {
+        Verb::ALL.into_iter().find(|v| v.as_str() == token)
+    }
+}
+
+/// A refused or failed request: the micro protocol's error code and a reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            code: 400,
+            message: message.into(),
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self {
+            code: 404,
+            message: message.into(),
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self {
+            code: 500,
+            message: message.into(),
+        }
+    }
+
+    /// The JSON body of an error reply: `{ "error": "…" }`.
+    pub fn body(&self) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({ "error": self.message })).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code, self.message)
+    }
+}
+
+/// Where a `list` page ends: the last timer's `(dueAt, serviceCallId)`. On the wire it is an
+/// opaque string (`<dueAt>|<serviceCallId>`, `dueAt` empty for a tombstone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    pub due_at: Option<DateTime<Utc>>,
+    pub service_call_id: String,
+}
+
+impl ListCursor {
+    pub fn encode(&self) -> String {
+        format!(
+            "{}|{}",
+            self.due_at.map(format_utc).unwrap_or_default(),
+            self.service_call_id
+        )
+    }
+
+    pub fn decode(text: &str) -> Result<Self, String> {
+        let invalid = || format!("after {text:?} is not a cursor returned as next by list");
+        let (due, service_call_id) = text.split_once('|').ok_or_else(invalid)?;
+        let due_at = match due {
+            "" => None,
+            due => Some(parse_stored(due).map_err(|_| invalid())?),
+        };
+        check_service_call_id(service_call_id).map_err(|_| invalid())?;
+        Ok(Self {
+            due_at,
+            service_call_id: service_call_id.to_owned(),
+        })
+    }
+}
+
+/// What a `list` request selects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    pub state: Option<TimerState>,
+    pub correlation_id: Option<String>,
+    /// Inclusive.
+    pub due_from: Option<DateTime<Utc>>,
+    /// Exclusive.
+    pub due_to: Option<DateTime<Utc>>,
+    pub after: Option<ListCursor>,
+}
+
+/// One page of `list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    pub timers: Vec<Timer>,
+    /// Present when more timers follow: pass it back as `after`.
+    pub next: Option<ListCursor>,
+}
+
+/// A tenant's pending timers at a glance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantStats {
+    pub scheduled: u64,
+    /// Pending timers whose `dueAt` passed more than a second ago: a stuck service shows here.
+    pub overdue: u64,
+    #[serde(serialize_with = "optional_time")]
+    pub next_due_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct KeyRequest {
+    service_call_id: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListRequest {
+    state: Option<String>,
+    correlation_id: Option<String>,
+    due_from: Option<String>,
+    due_to: Option<String>,
+    limit: Option<i64>,
+    after: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatsRequest {}
+
+/// Parses a JSON request body; an empty body counts as `{}`.
+fn request<T: serde::de::DeserializeOwned>(verb: Verb, bytes: &[u8]) -> Result<T, ApiError> {
+    let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        bytes
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid {} request: {e}", verb.as_str())))
+}
+
+/// `get` and `cancel`: `{ "serviceCallId": "…" }`.
+pub fn parse_key_request(verb: Verb, bytes: &[u8]) -> Result<String, ApiError> {
+    let request: KeyRequest = request(verb, bytes)?;
+    check_service_call_id(&request.service_call_id).map_err(ApiError::bad_request)?;
+    Ok(request.service_call_id)
+}
+
+/// `list`: the filter and the page size.
+pub fn parse_list_request(bytes: &[u8]) -> Result<(ListFilter, usize), ApiError> {
+    let request: ListRequest = request(Verb::List, bytes)?;
+    let limit = match request.limit {
+        None => DEFAULT_LIST_LIMIT,
+        Some(n) if (1..=MAX_LIST_LIMIT as i64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(ApiError::bad_request(format!(
+                "limit {n} is outside 1–{MAX_LIST_LIMIT}"
+            )));
+        }
+    };
+    let time = |field: &str, text: Option<String>| {
+        text.map(|t| {
+            parse_due_at(&t).map_err(|e| ApiError::bad_request(e.replacen("dueAt", field, 1)))
+        })
+        .transpose()
+    };
+    let filter = ListFilter {
+        state: request
+            .state
+            .map(|s| s.parse().map_err(ApiError::bad_request))
+            .transpose()?,
+        correlation_id: request.correlation_id,
+        due_from: time("dueFrom", request.due_from)?,
+        due_to: time("dueTo", request.due_to)?,
+        after: request
+            .after
+            .map(|a| ListCursor::decode(&a).map_err(ApiError::bad_request))
+            .transpose()?,
+    };
+    Ok((filter, limit))
+}
+
+/// `stats`: `{}`.
+pub fn parse_stats_request(bytes: &[u8]) -> Result<(), ApiError> {
+    let _: StatsRequest = request(Verb::Stats, bytes)?;
+    Ok(())
+}
+
+fn optional_time<S: serde::Serializer>(
+    time: &Option<DateTime<Utc>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match time {
+        Some(t) => serializer.serialize_str(&format_utc(*t)),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// A timer as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimerView {
+    pub tenant_id: String,
+    pub service_call_id: String,
+    pub correlation_id: String,
+    pub due_at: Option<String>,
+    pub registered_at: String,
+    pub reached_at: Option<String>,
+    pub cancelled_at: Option<String>,
+    pub state: String,
+}
+
+impl From<&Timer> for TimerView {
+    fn from(timer: &Timer) -> Self {
+        Self {
+            tenant_id: timer.tenant_id.clone(),
+            service_call_id: timer.service_call_id.clone(),
+            correlation_id: timer.correlation_id.clone(),
+            due_at: timer.due_at.map(format_utc),
+            registered_at: format_utc(timer.registered_at),
+            reached_at: timer.reached_at.map(format_utc),
+            cancelled_at: timer.cancelled_at.map(format_utc),
+            state: timer.state.as_str().to_owned(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct GetReply {
+    timer: TimerView,
+}
+
+#[derive(Serialize)]
+struct ListReply {
+    timers: Vec<TimerView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+#[derive(Serialize)]
+struct CancelReply {
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timer: Option<TimerView>,
+}
+
+fn encode(value: &impl Serialize) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(value).map_err(|e| ApiError::internal(format!("cannot encode reply: {e}")))
+}
+
+pub fn get_reply(timer: &Timer) -> Result<Vec<u8>, ApiError> {
+    encode(&GetReply {
+        timer: timer.into(),
+    })
+}
+
+pub fn list_reply(page: &ListPage) -> Result<Vec<u8>, ApiError> {
+    encode(&ListReply {
+        timers: page.timers.iter().map(TimerView::from).collect(),
+        next: page.next.as_ref().map(ListCursor::encode),
+    })
+}
+
+/// The reply to `cancel`; `not_found` carries no timer (the tombstone it left is not one).
+pub fn cancel_reply(outcome: CancelOutcome, timer: Option<&Timer>) -> Result<Vec<u8>, ApiError> {
+    encode(&CancelReply {
+        outcome: outcome.as_str(),
+        timer: timer
+            .filter(|_| outcome != CancelOutcome::NotFound)
+            .map(TimerView::from),
+    })
+}
+
+pub fn stats_reply(stats: &TenantStats) -> Result<Vec<u8>, ApiError> {
+    encode(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_round_trips_and_a_bad_one_is_refused() {
+        let dated = ListCursor {
+            due_at: Some(parse_stored("2026-11-22T10:00:00.123Z").unwrap()),
+            service_call_id: "sc|7".into(),
+        };
+        assert_eq!(ListCursor::decode(&dated.encode()).unwrap(), dated);
+        let tombstone = ListCursor {
+            due_at: None,
+            service_call_id: "t".into(),
+        };
+        assert_eq!(tombstone.encode(), "|t");
+        assert_eq!(ListCursor::decode("|t").unwrap(), tombstone);
+        for bad in ["", "no-bar", "yesterday|x", "2026-11-22T10:00:00.000Z|"] {
+            assert!(ListCursor::decode(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn list_requests_are_validated_with_reasons() {
+        let (filter, limit) = parse_list_request(b"").unwrap();
+        assert_eq!((filter, limit), (ListFilter::default(), DEFAULT_LIST_LIMIT));
+        let (filter, limit) = parse_list_request(
+            br#"{"state":"Cancelled","dueFrom":"2026-01-01T00:00:00.0001Z","limit":1000}"#,
+        )
+        .unwrap();
+        assert_eq!(filter.state, Some(TimerState::Cancelled));
+        assert_eq!(
+            filter.due_from.map(format_utc).as_deref(),
+            Some("2026-01-01T00:00:00.001Z")
+        );
+        assert_eq!(limit, 1000);
+        for (body, reason) in [
+            (r#"{"limit":0}"#, "outside 1–1000"),
+            (r#"{"limit":1001}"#, "outside 1–1000"),
+            (r#"{"state":"Fired"}"#, "unknown timer state"),
+            (r#"{"dueTo":"soon"}"#, "dueTo"),
+            (r#"{"after":"nonsense"}"#, "not a cursor"),
+            (r#"{"colour":"red"}"#, "unknown field"),
+            ("[1,2]", "invalid list request"),
+        ] {
+            let error = parse_list_request(body.as_bytes()).unwrap_err();
+            assert_eq!(error.code, 400);
+            assert!(error.message.contains(reason), "{body}: {}", error.message);
+        }
+    }
+
+    #[test]
+    fn key_requests_need_a_valid_service_call_id() {
+        assert_eq!(
+            parse_key_request(Verb::Get, br#"{"serviceCallId":"sc-7"}"#).unwrap(),
+            "sc-7"
+        );
+        for body in [
+            "{}",
+            r#"{"serviceCallId":""}"#,
+            "{not json",
+            r#"{"serviceCallId":7}"#,
+        ] {
+            assert_eq!(
+                parse_key_request(Verb::Get, body.as_bytes())
+                    .unwrap_err()
+                    .code,
+                400
+            );
+        }
+        assert!(parse_stats_request(b"{}").is_ok());
+        assert!(parse_stats_request(br#"{"x":1}"#).is_err());
+    }
+
+    proptest::proptest! {
+        /// No request body makes validation panic.
+        #[test]
+        fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let _ = parse_list_request(&bytes);
+            let _ = parse_key_request(Verb::Cancel, &bytes);
+            let _ = parse_stats_request(&bytes);
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Ports of the query and cancel API: where requests come from and how they are answered, and
+//! how a cancel is ordered in the command stream. The NATS micro service implements both.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+
+use super::event_bus::BusError;
+use crate::domain::api::ApiError;
+
+/// One request to the API.
+pub struct ApiRequest {
+    pub subject: String,
+    pub payload: Bytes,
+    pub reply: Box<dyn ApiReply>,
+}
+
+/// Answers one request: a JSON body, or an error with its code and reason.
+#[async_trait]
+pub trait ApiReply: Send + Sync {
+    async fn send(&self, result: Result<Vec<u8>, ApiError>) -> Result<(), BusError>;
+}
+
+#[async_trait]
+pub trait ApiServer: Send + Sync + 'static {
+    /// Starts answering on the API subjects. Requests arrive on the stream; dropping it stops
+    /// the service (it leaves discovery too). The stream ends when the service can no longer
+    /// receive.
+    async fn start(&self) -> Result<BoxStream<'static, ApiRequest>, BusError>;
+}
+
+/// Publishes a command to the command stream, returning its stream sequence once stored.
+#[async_trait]
+pub trait CommandPublisher: Send + Sync + 'static {
+    async fn publish(&self, subject: String, payload: Bytes) -> Result<u64, BusError>;
+
+    /// The stream sequence up to which every command has been handled (stored or refused).
+    async fn handled_through(&self) -> Result<u64, BusError>;
+}

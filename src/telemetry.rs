@@ -1,0 +1,111 @@
+//! Metric names (CONTRACT.md §7), the Prometheus recorder behind `/metrics`, and the log
+//! formats.
+//!
+//! Metrics are recorded where the work happens, with the `metrics` macros (an atomic add each,
+//! no round trip): commands in the CommandHandler, firings in the Poller, restarts in the
+//! Supervisor, the broker connection in its event callback. The recorder is process-wide (the
+//! `metrics` facade has one); every series carries the label `daemon` with the daemon's name.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Commands received, by `outcome`: `stored` (committed, then acknowledged) or `rejected`.
+pub const COMMANDS_RECEIVED: &str = "timer_commands_received_total";
+/// Timers fired: published, acknowledged by the broker, and marked `Reached`.
+pub const SCHEDULES_PROCESSED: &str = "timer_schedules_processed_total";
+/// One firing round: claim what is due, publish it, mark it.
+pub const POLLING_DURATION: &str = "timer_polling_duration_seconds";
+/// `reachedAt − dueAt` of each timer fired.
+pub const FIRE_LATENESS: &str = "timer_fire_lateness_seconds";
+/// Pending (`Scheduled`) timers, counted every few seconds off the firing path.
+pub const SCHEDULED: &str = "timer_scheduled";
+/// Restarts of each actor (label `actor`).
+pub const ACTOR_RESTARTS: &str = "timer_actor_restarts_total";
+/// 1 while the broker connection is up.
+pub const BROKER_CONNECTED: &str = "timer_broker_connected";
+/// 1 while the database accepts writes.
+pub const STORAGE_OK: &str = "timer_storage_ok";
+/// API requests answered, by `verb` and `code` (200, 400, 404, 500).
+pub const API_REQUESTS: &str = "timer_api_requests_total";
+/// Finished timers deleted by retention.
+pub const RETENTION_DELETED: &str = "timer_retention_deleted_total";
+
+/// Bucket bounds for the latency histograms, in seconds: sub-millisecond to a minute.
+const BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 30.0, 60.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder (once; later daemons of the same process share it and
+/// its `daemon` label) and returns the handle that renders `/metrics`.
+pub fn install(daemon: &str) -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .add_global_label("daemon", daemon)
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+                .expect("bucket bounds are not empty");
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!(
+                    "a metrics recorder was already installed; /metrics shows only its series"
+                );
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        COMMANDS_RECEIVED,
+        "Commands received, by outcome (stored, rejected)"
+    );
+    describe_counter!(
+        SCHEDULES_PROCESSED,
+        "Timers fired: published and marked Reached"
+    );
+    describe_histogram!(
+        POLLING_DURATION,
+        Unit::Seconds,
+        "One firing round: claim, publish, mark"
+    );
+    describe_histogram!(
+        FIRE_LATENESS,
+        Unit::Seconds,
+        "reachedAt - dueAt of each timer fired"
+    );
+    describe_gauge!(SCHEDULED, "Pending timers");
+    describe_counter!(ACTOR_RESTARTS, "Actor restarts, by actor");
+    describe_gauge!(BROKER_CONNECTED, "1 while connected to the broker");
+    describe_gauge!(STORAGE_OK, "1 while the database accepts writes");
+    describe_counter!(API_REQUESTS, "API requests answered, by verb and code");
+    describe_counter!(RETENTION_DELETED, "Finished timers deleted by retention");
+}
+
+/// Sets up logging on stdout: `text` (coloured only on a terminal, never into a file or a
+/// journal) or `json` (one object per line, every structured field such as `actor` or
+/// `tenant_id` a key of its own). The level follows `RUST_LOG` (default `info`).
+pub fn init_logs(format: crate::config::LogFormat) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    match format {
+        crate::config::LogFormat::Text => builder.with_ansi(std::io::stdout().is_terminal()).init(),
+        crate::config::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
+}

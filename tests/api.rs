@@ -1,0 +1,581 @@
+//! The query and cancel API (CONTRACT.md §6) and CancelTimer (§3), against a real nats-server
+//! and a real SQLite file: tenant scoping, every cancel outcome, the rules table over the wire,
+//! a cancel racing the firing, bad requests, and discovery as a NATS micro service.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{TestClient, eventually};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use timer_service::actors::{ApiResponder, NamedActor};
+use timer_service::domain::TimerState;
+
+/// A raw request on `subject`: the error code header (if any) and the JSON body.
+async fn request(client: &TestClient, subject: &str, body: Value) -> (Option<u16>, Value) {
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.client.request(
+            subject.to_owned(),
+            serde_json::to_vec(&body).unwrap().into(),
+        ),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("a reply");
+    let code = reply
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Service-Error-Code"))
+        .map(|c| c.as_str().parse().unwrap());
+    let body = serde_json::from_slice(&reply.payload).expect("a JSON body");
+    (code, body)
+}
+
+async fn ok(client: &TestClient, subject: &str, body: Value) -> Value {
+    match request(client, subject, body).await {
+        (None, body) => body,
+        (Some(code), body) => panic!("{subject}: error {code}: {body}"),
+    }
+}
+
+/// Waits until the API answers (the responder has started).
+async fn api_ready(client: &TestClient) {
+    eventually(Duration::from_secs(15), "the API to answer", || async {
+        client
+            .client
+            .request("timer.api.stats.acme", "{}".into())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_is_scoped_by_the_tenant_of_its_subject() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    let later = Utc::now() + chrono::Duration::hours(1);
+    client
+        .schedule("acme", "same", later, Some("trace-a"))
+        .await;
+    client
+        .schedule(
+            "globex",
+            "same",
+            later + chrono::Duration::minutes(1),
+            Some("trace-g"),
+        )
+        .await;
+    client
+        .schedule("acme", "only-acme", later, Some("trace-a"))
+        .await;
+    eventually(Duration::from_secs(10), "the commands stored", || async {
+        (client.commands_outstanding().await == 0).then_some(())
+    })
+    .await;
+
+    let acme = ok(
+        &client,
+        "timer.api.get.acme",
+        json!({"serviceCallId": "same"}),
+    )
+    .await;
+    assert_eq!(acme["timer"]["tenantId"], "acme");
+    assert_eq!(acme["timer"]["correlationId"], "trace-a");
+    assert_eq!(acme["timer"]["state"], "Scheduled");
+    assert!(acme["timer"]["reachedAt"].is_null() && acme["timer"]["cancelledAt"].is_null());
+    let globex = ok(
+        &client,
+        "timer.api.get.globex",
+        json!({"serviceCallId": "same"}),
+    )
+    .await;
+    assert_eq!(globex["timer"]["correlationId"], "trace-g");
+
+    // Another tenant's key is simply not there.
+    let (code, body) = request(
+        &client,
+        "timer.api.get.globex",
+        json!({"serviceCallId": "only-acme"}),
+    )
+    .await;
+    assert_eq!(code, Some(404));
+    assert!(
+        body["error"].as_str().unwrap().contains("only-acme"),
+        "{body}"
+    );
+    let listed = ok(&client, "timer.api.list.globex", json!({})).await;
+    assert_eq!(listed["timers"].as_array().unwrap().len(), 1);
+    let (code, _) = request(
+        &client,
+        "timer.api.cancel.globex",
+        json!({"serviceCallId": "only-acme"}),
+    )
+    .await;
+    assert_eq!(
+        code, None,
+        "a cancel for globex's key only ever touches globex"
+    );
+    let still = ok(
+        &client,
+        "timer.api.get.acme",
+        json!({"serviceCallId": "only-acme"}),
+    )
+    .await;
+    assert_eq!(still["timer"]["state"], "Scheduled");
+    let stats = ok(&client, "timer.api.stats.acme", json!({})).await;
+    assert_eq!(
+        (stats["scheduled"].as_u64(), stats["overdue"].as_u64()),
+        (Some(2), Some(0))
+    );
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_with_a_cursor_and_filters_by_correlation_id() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    let base = Utc::now() + chrono::Duration::hours(1);
+    for i in 0..25 {
+        let trace = if i % 5 == 0 { "five" } else { "other" };
+        client
+            .schedule(
+                "acme",
+                &format!("t{i:02}"),
+                base + chrono::Duration::seconds(i),
+                Some(trace),
+            )
+            .await;
+    }
+    eventually(Duration::from_secs(10), "the commands stored", || async {
+        (client.commands_outstanding().await == 0).then_some(())
+    })
+    .await;
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut body = json!({"limit": 100});
+        if let Some(cursor) = &after {
+            body["after"] = json!(cursor);
+        }
+        let page = ok(&client, "timer.api.list.acme", body).await;
+        for timer in page["timers"].as_array().unwrap() {
+            seen.push(timer["serviceCallId"].as_str().unwrap().to_owned());
+        }
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..25).map(|i| format!("t{i:02}")).collect();
+    assert_eq!(seen, expected, "every timer once, in dueAt order");
+    let traced = ok(
+        &client,
+        "timer.api.list.acme",
+        json!({"correlationId": "five"}),
+    )
+    .await;
+    assert_eq!(traced["timers"].as_array().unwrap().len(), 5);
+    let ranged = ok(
+        &client,
+        "timer.api.list.acme",
+        json!({"dueFrom": common::rfc3339(base + chrono::Duration::seconds(10)), "dueTo": common::rfc3339(base + chrono::Duration::seconds(12))}),
+    )
+    .await;
+    assert_eq!(ranged["timers"].as_array().unwrap().len(), 2);
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_answer_400_with_a_reason_and_never_stop_the_responder() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    let before = daemon.actor_id(ApiResponder::NAME);
+    let raw = |subject: &str, bytes: &'static [u8]| {
+        let subject = subject.to_owned();
+        let client = client.client.clone();
+        async move { client.request(subject, bytes.into()).await.unwrap() }
+    };
+    let cases: Vec<(&str, &'static [u8], &str)> = vec![
+        ("timer.api.get.acme", b"{not json", "invalid get request"),
+        ("timer.api.get.acme", b"{}", "missing field `serviceCallId`"),
+        (
+            "timer.api.get.acme",
+            br#"{"serviceCallId":""}"#,
+            "serviceCallId",
+        ),
+        (
+            "timer.api.cancel.acme",
+            br#"{"serviceCallId":7}"#,
+            "invalid cancel request",
+        ),
+        ("timer.api.list.acme", br#"{"limit":0}"#, "outside 1"),
+        ("timer.api.list.acme", br#"{"limit":10001}"#, "outside 1"),
+        (
+            "timer.api.list.acme",
+            br#"{"limit":"ten"}"#,
+            "invalid list request",
+        ),
+        (
+            "timer.api.list.acme",
+            br#"{"state":"Fired"}"#,
+            "unknown timer state",
+        ),
+        (
+            "timer.api.list.acme",
+            br#"{"after":"garbage"}"#,
+            "not a cursor",
+        ),
+        (
+            "timer.api.list.acme",
+            br#"{"dueFrom":"yesterday"}"#,
+            "dueFrom",
+        ),
+        (
+            "timer.api.stats.acme",
+            br#"{"verbose":true}"#,
+            "unknown field",
+        ),
+        ("timer.api.get.a+b", br#"{"serviceCallId":"x"}"#, "tenantId"),
+        (
+            "timer.api.stats.acme",
+            &[0xff, 0xfe],
+            "invalid stats request",
+        ),
+    ];
+    for (subject, bytes, reason) in cases {
+        let reply = raw(subject, bytes).await;
+        let headers = reply.headers.expect("error headers");
+        assert_eq!(
+            headers.get("Nats-Service-Error-Code").unwrap().as_str(),
+            "400",
+            "{subject}"
+        );
+        let header_reason = headers
+            .get("Nats-Service-Error")
+            .unwrap()
+            .as_str()
+            .to_owned();
+        let body: Value = serde_json::from_slice(&reply.payload).unwrap();
+        assert_eq!(body["error"].as_str().unwrap(), header_reason);
+        assert!(
+            header_reason.contains(reason),
+            "{subject}: {reason:?} not in {header_reason:?}"
+        );
+    }
+    let stats = ok(&client, "timer.api.stats.acme", json!({})).await;
+    assert_eq!(stats["scheduled"], 0);
+    assert_eq!(
+        daemon.actor_id(ApiResponder::NAME),
+        before,
+        "the responder never failed"
+    );
+    daemon.shutdown().await.unwrap();
+}
+
+/// Every outcome of a cancel through the API, each answered only once applied (a `get` right
+/// after shows it), and none of the cancelled timers fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_through_the_api_answers_each_outcome_once_applied() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    let cancel = |id: &'static str| {
+        let client = &client;
+        async move {
+            ok(
+                client,
+                "timer.api.cancel.acme",
+                json!({"serviceCallId": id}),
+            )
+            .await
+        }
+    };
+    client.schedule("acme", "fired", Utc::now(), None).await;
+    client
+        .await_due("acme", "fired", Duration::from_secs(10))
+        .await;
+    let due = Utc::now() + chrono::Duration::milliseconds(1500);
+    client.schedule("acme", "pending", due, Some("req-9")).await;
+    eventually(Duration::from_secs(10), "the timer stored", || async {
+        (client.commands_outstanding().await == 0).then_some(())
+    })
+    .await;
+
+    let reply = cancel("pending").await;
+    assert_eq!(reply["outcome"], "cancelled");
+    assert_eq!(reply["timer"]["state"], "Cancelled");
+    assert_eq!(
+        reply["timer"]["correlationId"], "req-9",
+        "the timer keeps its correlation id"
+    );
+    assert!(reply["timer"]["cancelledAt"].is_string());
+    let got = ok(
+        &client,
+        "timer.api.get.acme",
+        json!({"serviceCallId": "pending"}),
+    )
+    .await;
+    assert_eq!(
+        got["timer"]["state"], "Cancelled",
+        "a get right after shows the cancel"
+    );
+    assert_eq!(cancel("pending").await["outcome"], "already_cancelled");
+    assert_eq!(cancel("fired").await["outcome"], "already_reached");
+    let unknown = cancel("never-scheduled").await;
+    assert_eq!(unknown["outcome"], "not_found");
+    assert!(unknown.get("timer").is_none());
+    let tombstone = ok(
+        &client,
+        "timer.api.get.acme",
+        json!({"serviceCallId": "never-scheduled"}),
+    )
+    .await;
+    assert_eq!(tombstone["timer"]["state"], "Cancelled");
+    assert!(tombstone["timer"]["dueAt"].is_null());
+    assert_eq!(
+        cancel("never-scheduled").await["outcome"],
+        "already_cancelled"
+    );
+
+    // Past its dueAt, with every command handled: the cancelled timer never fired.
+    while Utc::now() < due + chrono::Duration::milliseconds(200) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client.barrier("acme").await;
+    assert_eq!(client.count_due("acme", "pending").await, 0);
+    assert_eq!(client.count_due("acme", "never-scheduled").await, 0);
+    let listed = ok(
+        &client,
+        "timer.api.list.acme",
+        json!({"state": "Cancelled"}),
+    )
+    .await;
+    let ids: HashSet<&str> = listed["timers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["serviceCallId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, HashSet::from(["never-scheduled", "pending"]));
+    daemon.shutdown().await.unwrap();
+}
+
+/// A cancel right behind the ScheduleTimer it cancels (not yet applied when the cancel is
+/// published) takes its place after it in the stream: it cancels the timer, not a tombstone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_right_after_its_schedule_cancels_the_timer() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    let due = Utc::now() + chrono::Duration::milliseconds(2500);
+    for i in 0..5 {
+        // A backlog in front, so the ScheduleTimer is still waiting when the cancel comes.
+        let backlog: Vec<String> = (0..2000).map(|j| format!("backlog-{i}-{j}")).collect();
+        client
+            .schedule_many("other", &backlog, due + chrono::Duration::hours(1))
+            .await;
+        let id = format!("quick-{i}");
+        client.schedule("acme", &id, due, None).await;
+        let reply = ok(
+            &client,
+            "timer.api.cancel.acme",
+            json!({"serviceCallId": id}),
+        )
+        .await;
+        assert_eq!(reply["outcome"], "cancelled", "{id}: {reply}");
+        assert_eq!(
+            reply["timer"]["dueAt"],
+            common::rfc3339(common::millis(due))
+        );
+    }
+    while Utc::now() < due + chrono::Duration::milliseconds(100) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    client.barrier("acme").await;
+    assert!(
+        client
+            .fired_ids("acme")
+            .await
+            .iter()
+            .all(|id| id.starts_with("sentinel-"))
+    );
+    daemon.shutdown().await.unwrap();
+}
+
+/// The rows of the rules table that need the command path, over the wire: a CancelTimer stops
+/// the firing, a newer ScheduleTimer after it fires at its new time, and a tombstone keeps an
+/// older ScheduleTimer (a redelivery) from firing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_timer_commands_follow_the_rules_table() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    let timers = timer_service::client::TimerClient::new(client.client.clone(), Default::default());
+    let soon = Utc::now() + chrono::Duration::milliseconds(1200);
+    client.schedule("acme", "stopped", soon, None).await;
+    timers.cancel_command("acme", "stopped").await.unwrap();
+    client.schedule("acme", "revived", soon, None).await;
+    timers.cancel_command("acme", "revived").await.unwrap();
+    let new_due = soon + chrono::Duration::milliseconds(600);
+    client
+        .schedule("acme", "revived", new_due, Some("again"))
+        .await;
+
+    // A tombstone first, then an older ScheduleTimer redelivered (applied directly, as a crash
+    // and redelivery would deliver it): nothing fires.
+    let persistence = daemon.persistence();
+    persistence
+        .apply(vec![common::cancel_at(
+            "acme",
+            "tomb",
+            1_000_000,
+            Utc::now(),
+        )])
+        .await
+        .unwrap();
+    persistence
+        .apply(vec![common::schedule_at(
+            "acme",
+            "tomb",
+            999_999,
+            Utc::now(),
+        )])
+        .await
+        .unwrap();
+
+    let revived = client
+        .await_due("acme", "revived", Duration::from_secs(10))
+        .await;
+    assert_eq!(revived.due_at(), common::millis(new_due));
+    assert!(
+        revived.stored_at >= common::millis(new_due),
+        "fired before the new dueAt"
+    );
+    assert_eq!(revived.envelope["correlationId"], "again");
+    client.barrier("acme").await;
+    assert_eq!(client.count_due("acme", "stopped").await, 0);
+    assert_eq!(client.count_due("acme", "tomb").await, 0);
+    assert_eq!(client.count_due("acme", "revived").await, 1);
+    let stopped = persistence.get("acme", "stopped").await.unwrap().unwrap();
+    assert_eq!(stopped.state, TimerState::Cancelled);
+    daemon.shutdown().await.unwrap();
+}
+
+/// Cancels sent while their timers are firing: for each timer exactly one side wins, decided by
+/// the row. A `cancelled` answer means the daemon never published it; an `already_reached`
+/// answer means it did (counted on a plain subscription, so the broker's duplicate filter
+/// cannot hide anything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_racing_the_firing_is_decided_by_the_row() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    let mut published = client.client.subscribe("timer.evt.due.race").await.unwrap();
+    client.client.flush().await.unwrap();
+    const TIMERS: usize = 300;
+    let due = Utc::now() + chrono::Duration::milliseconds(1500);
+    let ids: Vec<String> = (0..TIMERS).map(|i| format!("r{i:03}")).collect();
+    client.schedule_many("race", &ids, due).await;
+    eventually(Duration::from_secs(10), "the timers stored", || async {
+        (client.commands_outstanding().await == 0).then_some(())
+    })
+    .await;
+    // Cancels spread from 20 ms before the firing to 40 ms after it: the first ones come
+    // before it, the last ones after, and those in between race it.
+    let first = tokio::time::Instant::now()
+        + (due - Utc::now() - chrono::Duration::milliseconds(20))
+            .to_std()
+            .unwrap();
+    let outcomes: Vec<(String, String)> =
+        futures::future::join_all(ids.iter().enumerate().map(|(i, id)| {
+            let client = &client;
+            async move {
+                tokio::time::sleep_until(first + Duration::from_micros(200 * i as u64)).await;
+                let reply = ok(
+                    client,
+                    "timer.api.cancel.race",
+                    json!({"serviceCallId": id}),
+                )
+                .await;
+                (id.clone(), reply["outcome"].as_str().unwrap().to_owned())
+            }
+        }))
+        .await;
+    client.barrier("race").await;
+
+    let mut published_count: HashMap<String, usize> = HashMap::new();
+    while let Ok(Some(message)) =
+        tokio::time::timeout(Duration::from_millis(300), published.next()).await
+    {
+        let event: Value = serde_json::from_slice(&message.payload).unwrap();
+        *published_count
+            .entry(
+                event["payload"]["serviceCallId"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            )
+            .or_default() += 1;
+    }
+    let persistence = daemon.persistence();
+    let mut tally: HashMap<String, usize> = HashMap::new();
+    for (id, outcome) in &outcomes {
+        *tally.entry(outcome.clone()).or_default() += 1;
+        let times = published_count.get(id).copied().unwrap_or(0);
+        match outcome.as_str() {
+            "cancelled" => {
+                assert_eq!(times, 0, "{id} was cancelled yet published");
+                let row = persistence.get("race", id).await.unwrap().unwrap();
+                assert_eq!(row.state, TimerState::Cancelled, "{id}");
+            }
+            "already_reached" => {
+                assert_eq!(times, 1, "{id} lost to its firing: published once");
+                common::await_state(&persistence, "race", id, TimerState::Reached).await;
+            }
+            other => panic!("{id}: unexpected outcome {other}"),
+        }
+    }
+    eprintln!("race outcomes: {tally:?}");
+    assert_eq!(tally.values().sum::<usize>(), TIMERS);
+    assert!(
+        tally.contains_key("cancelled") && tally.contains_key("already_reached"),
+        "the race was not driven: {tally:?}"
+    );
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_is_discoverable_as_a_micro_service() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    let ping = ok(&client, "$SRV.PING.timer-service", json!({})).await;
+    assert_eq!(ping["name"], "timer-service");
+    assert_eq!(ping["version"], env!("CARGO_PKG_VERSION"));
+    let info = ok(&client, "$SRV.INFO.timer-service", json!({})).await;
+    let subjects: HashSet<&str> = info["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        subjects,
+        HashSet::from([
+            "timer.api.get.*",
+            "timer.api.list.*",
+            "timer.api.cancel.*",
+            "timer.api.stats.*"
+        ])
+    );
+    ok(&client, "timer.api.stats.acme", json!({})).await;
+    let stats = ok(&client, "$SRV.STATS.timer-service", json!({})).await;
+    let stats_endpoint = stats["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "stats")
+        .unwrap();
+    assert!(stats_endpoint["num_requests"].as_u64().unwrap() >= 2);
+    daemon.shutdown().await.unwrap();
+}

@@ -1,0 +1,160 @@
+//! `timer-service timers …` as a person and a script use it: the real binary against a running
+//! service, tables by default, the API's JSON with `--json`, errors on stderr with exit code 1.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::{NatsServer, eventually};
+use serde_json::Value;
+
+fn timers(server: &NatsServer, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_timer-service"))
+        .arg("timers")
+        .args(["--server", &server.url()])
+        .args(args)
+        .output()
+        .expect("run timer-service timers")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_str(&stdout(output)).expect("JSON on stdout")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_get_list_cancel_and_stats_from_the_command_line() {
+    let (server, _scratch, daemon, client) = common::started().await;
+    let scheduled = stdout(&timers(
+        &server,
+        &[
+            "schedule",
+            "--tenant",
+            "acme",
+            "--id",
+            "cli-1",
+            "--in",
+            "1h",
+            "--correlation-id",
+            "req-cli",
+        ],
+    ));
+    assert!(scheduled.contains("scheduled acme/cli-1"), "{scheduled}");
+    timers(
+        &server,
+        &[
+            "schedule",
+            "--tenant",
+            "acme",
+            "--id",
+            "cli-2",
+            "--at",
+            "2030-01-01T00:00:00Z",
+        ],
+    );
+    eventually(
+        Duration::from_secs(15),
+        "the CLI's timers to be stored",
+        || async {
+            let output = timers(
+                &server,
+                &["--json", "get", "--tenant", "acme", "--id", "cli-2"],
+            );
+            output.status.success().then(|| json(&output))
+        },
+    )
+    .await;
+
+    let got = json(&timers(
+        &server,
+        &["--json", "get", "--tenant", "acme", "--id", "cli-1"],
+    ));
+    assert_eq!(got["timer"]["correlationId"], "req-cli");
+    assert_eq!(got["timer"]["state"], "Scheduled");
+    let table = stdout(&timers(&server, &["list", "--tenant", "acme"]));
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("DUE AT"),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with("cli-1") && lines[2].starts_with("cli-2"),
+        "{table}"
+    );
+    assert!(table.contains("(2 timers)"), "{table}");
+    let page = json(&timers(
+        &server,
+        &["--json", "list", "--tenant", "acme", "--limit", "1"],
+    ));
+    assert_eq!(page["timers"].as_array().unwrap().len(), 1);
+    let next = page["next"].as_str().unwrap().to_owned();
+    let rest = json(&timers(
+        &server,
+        &["--json", "list", "--tenant", "acme", "--after", &next],
+    ));
+    assert_eq!(rest["timers"][0]["serviceCallId"], "cli-2");
+
+    let cancelled = stdout(&timers(
+        &server,
+        &["cancel", "--tenant", "acme", "--id", "cli-1"],
+    ));
+    assert!(
+        cancelled.starts_with("acme/cli-1: cancelled"),
+        "{cancelled}"
+    );
+    let again = json(&timers(
+        &server,
+        &["--json", "cancel", "--tenant", "acme", "--id", "cli-1"],
+    ));
+    assert_eq!(again["outcome"], "already_cancelled");
+    let stats = json(&timers(&server, &["--json", "stats", "--tenant", "acme"]));
+    assert_eq!(stats["scheduled"], 1);
+    assert_eq!(stats["nextDueAt"], "2030-01-01T00:00:00.000Z");
+
+    let missing = timers(&server, &["get", "--tenant", "globex", "--id", "cli-1"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&missing.stderr);
+    assert!(error.contains("404") && error.contains("cli-1"), "{error}");
+    let bad = timers(&server, &["list", "--tenant", "acme", "--state", "Fired"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("400"));
+    drop(client);
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_explains_itself_and_fails_fast_without_a_service() {
+    let help = Command::new(env!("CARGO_BIN_EXE_timer-service"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for word in ["run", "migrate", "timers"] {
+        assert!(help.contains(word), "{help}");
+    }
+    let help = Command::new(env!("CARGO_BIN_EXE_timer-service"))
+        .args(["timers", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for word in ["schedule", "get", "list", "cancel", "stats", "--json"] {
+        assert!(help.contains(word), "{help}");
+    }
+    // A broker but no service behind it: a clear error, at once.
+    let server = NatsServer::start();
+    let started = std::time::Instant::now();
+    let output = timers(&server, &["stats", "--tenant", "acme"]);
+    assert_eq!(output.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("no timer-service answers"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

@@ -1,0 +1,260 @@
+//! What an operator sees, on a real daemon process over real HTTP: `/metrics` moving by what
+//! was sent and fired, `/healthz`, `/readyz` turning red when the broker or the disk goes and
+//! green when they return, and JSON logs that parse line by line.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use common::{
+    DaemonProcess, NatsServer, Scratch, SmallDisk, TestClient, eventually, free_port, http_get,
+    metric,
+};
+
+fn http_env(addr: &str) -> [(&str, &str); 1] {
+    [("TIMER_HTTP_LISTEN", addr)]
+}
+
+async fn scrape(addr: &str) -> String {
+    let (status, body) = http_get(addr, "/metrics").await.expect("/metrics answers");
+    assert_eq!(status, 200);
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_what_was_sent_and_fired() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let process = DaemonProcess::start_with(&server, &scratch, &http_env(&addr));
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+
+    let now: Vec<String> = (0..120).map(|i| format!("now-{i}")).collect();
+    let later: Vec<String> = (0..30).map(|i| format!("later-{i}")).collect();
+    client.schedule_many("acme", &now, Utc::now()).await;
+    client
+        .schedule_many("acme", &later, Utc::now() + chrono::Duration::hours(1))
+        .await;
+    for i in 0..7 {
+        client
+            .publish_raw(
+                "timer.cmd.schedule.acme",
+                format!("not json {i}").into_bytes(),
+            )
+            .await;
+    }
+    client
+        .await_all_fired("acme", &now, Duration::from_secs(15))
+        .await;
+
+    // Counters move as the work is done; the pending gauge is counted every ten seconds.
+    let body = eventually(
+        Duration::from_secs(20),
+        "the counters and the gauge to settle",
+        || async {
+            let body = scrape(&addr).await;
+            let fired = metric(&body, "timer_schedules_processed_total{daemon=\"test\"}");
+            let pending = metric(&body, "timer_scheduled{daemon=\"test\"}");
+            (fired == Some(120.0) && pending == Some(30.0)).then_some(body)
+        },
+    )
+    .await;
+    let value =
+        |series: &str| metric(&body, series).unwrap_or_else(|| panic!("no {series} in\n{body}"));
+    assert_eq!(
+        value("timer_commands_received_total{daemon=\"test\",outcome=\"stored\"}"),
+        150.0
+    );
+    assert_eq!(
+        value("timer_commands_received_total{daemon=\"test\",outcome=\"rejected\"}"),
+        7.0
+    );
+    assert_eq!(
+        value("timer_fire_lateness_seconds_count{daemon=\"test\"}"),
+        120.0
+    );
+    assert!(value("timer_polling_duration_seconds_count{daemon=\"test\"}") >= 1.0);
+    assert_eq!(value("timer_broker_connected{daemon=\"test\"}"), 1.0);
+    assert_eq!(value("timer_storage_ok{daemon=\"test\"}"), 1.0);
+    assert!(
+        body.contains("timer_fire_lateness_seconds_bucket{daemon=\"test\",le=\"0.005\"}"),
+        "{body}"
+    );
+    assert!(
+        body.contains("# TYPE timer_fire_lateness_seconds histogram"),
+        "{body}"
+    );
+    assert!(!body.contains("tenant"), "no per-tenant label");
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+}
+
+/// `/readyz` goes 503 within seconds of losing the broker and 200 again when it is back;
+/// `/healthz` stays 200 throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_broker() {
+    let mut server = NatsServer::start();
+    let scratch = Scratch::new();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let process = DaemonProcess::start_with(&server, &scratch, &http_env(&addr));
+    let ready = |code: u16| {
+        let addr = addr.clone();
+        move || {
+            let addr = addr.clone();
+            async move { http_get(&addr, "/readyz").await.filter(|(c, _)| *c == code) }
+        }
+    };
+    eventually(Duration::from_secs(15), "ready", ready(200)).await;
+
+    server.kill();
+    let lost = Instant::now();
+    let (_, body) = eventually(
+        Duration::from_secs(10),
+        "not ready without the broker",
+        ready(503),
+    )
+    .await;
+    let red_after = lost.elapsed();
+    assert!(body.contains("broker: not connected"), "{body}");
+    assert_eq!(http_get(&addr, "/healthz").await.map(|(c, _)| c), Some(200));
+
+    server.restart();
+    let back = Instant::now();
+    eventually(Duration::from_secs(15), "ready again", ready(200)).await;
+    eprintln!(
+        "readiness: red {red_after:?} after the broker died, green {:?} after it returned",
+        back.elapsed()
+    );
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+}
+
+/// An idle daemon notices a full disk (its probe writes every two seconds) and says so; it is
+/// ready again once space is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_disk_even_when_idle() {
+    let scratch = Scratch::new();
+    if !scratch.sqlite_only("a full disk") {
+        return;
+    }
+    let Some(disk) = SmallDisk::mount(64 << 20) else {
+        return;
+    };
+    let server = NatsServer::start();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let db = disk.path().join("timers.db");
+    let env = [
+        ("TIMER_HTTP_LISTEN", addr.as_str()),
+        ("TIMER_DB_PATH", db.to_str().unwrap()),
+    ];
+    let process = DaemonProcess::start_with(&server, &scratch, &env);
+    let ready = |code: u16| {
+        let addr = addr.clone();
+        move || {
+            let addr = addr.clone();
+            async move { http_get(&addr, "/readyz").await.filter(|(c, _)| *c == code) }
+        }
+    };
+    eventually(Duration::from_secs(15), "ready", ready(200)).await;
+    disk.fill_leaving(256 * 1024);
+    let full = Instant::now();
+    let (_, body) = eventually(
+        Duration::from_secs(10),
+        "not ready on a full disk",
+        ready(503),
+    )
+    .await;
+    let red_after = full.elapsed();
+    assert!(body.contains("database:"), "{body}");
+    disk.free();
+    let freed = Instant::now();
+    eventually(Duration::from_secs(10), "ready again", ready(200)).await;
+    eprintln!(
+        "readiness: red {red_after:?} after the disk filled, green {:?} after space came back",
+        freed.elapsed()
+    );
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_per_line_with_the_actor_field() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    let process = DaemonProcess::start_with(&server, &scratch, &[("TIMER_LOG_FORMAT", "json")]);
+    client.wait_for_command_stream().await;
+    client
+        .publish_raw("timer.cmd.schedule.acme", b"{broken".to_vec())
+        .await;
+    client.barrier("acme").await;
+    let log_path = process.log.clone();
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+
+    let log = std::fs::read_to_string(log_path).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    assert!(lines.len() > 10);
+    assert!(
+        lines.iter().all(|l| l["timestamp"].is_string()
+            && l["level"].is_string()
+            && l["message"].is_string())
+    );
+    let started: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["message"] == "actor started")
+        .map(|l| l["actor"].as_str().unwrap())
+        .collect();
+    assert!(
+        started.contains(&"persistence") && started.contains(&"poller"),
+        "{started:?}"
+    );
+    let rejected = lines
+        .iter()
+        .find(|l| l["message"] == "command rejected")
+        .expect("the rejection is logged");
+    assert_eq!(rejected["tenant_id"], "acme");
+    assert_eq!(rejected["level"], "WARN");
+}
+
+/// The Grafana dashboard shipped in `ops/` asks only for series the daemon exports.
+#[test]
+fn the_dashboard_queries_only_metrics_the_daemon_exports() {
+    use timer_service::telemetry::*;
+    let dashboard: serde_json::Value =
+        serde_json::from_str(include_str!("../ops/grafana-dashboard.json")).expect("valid JSON");
+    let exported = [
+        COMMANDS_RECEIVED,
+        SCHEDULES_PROCESSED,
+        POLLING_DURATION,
+        FIRE_LATENESS,
+        SCHEDULED,
+        ACTOR_RESTARTS,
+        BROKER_CONNECTED,
+        STORAGE_OK,
+        API_REQUESTS,
+        RETENTION_DELETED,
+    ];
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("timer_") {
+                    let name = word.trim_end_matches("_bucket");
+                    assert!(
+                        exported.contains(&name),
+                        "{name} is not exported (in {expr})"
+                    );
+                    queried += 1;
+                }
+            }
+        }
+    }
+    assert!(queried >= 12);
+}

@@ -1,0 +1,159 @@
+//! Retention (CONTRACT.md §7): the Janitor deletes `Reached` and `Cancelled` timers that
+//! finished longer ago than `keep_finished` — all of them, in batches — and nothing else.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{
+    NatsServer, Scratch, cancel_at, claimant, config, eventually, rows_by_state, schedule_at,
+};
+use timer_service::Daemon;
+use timer_service::persistence::Store;
+use timer_service::persistence::db::migrate;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_finished_timers_are_deleted_and_nothing_else() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let database = scratch.database();
+    migrate(&database).await.unwrap();
+    let store = Store::open(&database).await.unwrap();
+    let now = Utc::now();
+    let days = |n: i64| now - chrono::Duration::days(n);
+    let future = now + chrono::Duration::hours(1);
+    let mut seq = 0;
+    let mut next = || {
+        seq += 1;
+        seq
+    };
+
+    // Fired ten days ago (2,500: three batches) and one day ago.
+    for (prefix, count, fired_at) in [("old-fired", 2500, days(10)), ("new-fired", 20, days(1))] {
+        let commands: Vec<_> = (0..count)
+            .map(|i| schedule_at("acme", &format!("{prefix}-{i}"), next(), fired_at))
+            .collect();
+        store.apply(&commands).await.unwrap();
+        let due = store
+            .claim_due(fired_at, None, 10_000, &claimant())
+            .await
+            .unwrap()
+            .timers;
+        assert_eq!(due.len(), count);
+        store
+            .mark_reached(&[(due.clone().into(), fired_at)])
+            .await
+            .unwrap();
+    }
+    // Cancelled ten days ago (timers and tombstones) and one day ago; pending ones.
+    let mut commands = Vec::new();
+    for i in 0..600 {
+        commands.push(schedule_at(
+            "acme",
+            &format!("old-cancelled-{i}"),
+            next(),
+            future,
+        ));
+        commands.push(cancel_at(
+            "acme",
+            &format!("old-cancelled-{i}"),
+            next(),
+            days(10),
+        ));
+    }
+    for i in 0..10 {
+        commands.push(cancel_at(
+            "acme",
+            &format!("old-tombstone-{i}"),
+            next(),
+            days(9),
+        ));
+    }
+    for i in 0..5 {
+        commands.push(cancel_at(
+            "acme",
+            &format!("new-tombstone-{i}"),
+            next(),
+            days(2),
+        ));
+    }
+    for i in 0..50 {
+        commands.push(schedule_at("acme", &format!("pending-{i}"), next(), future));
+    }
+    store.apply(&commands).await.unwrap();
+    store.close().await.unwrap();
+    let before = rows_by_state(&database).await;
+    assert_eq!(before["Reached"], 2520);
+    assert_eq!(before["Cancelled"], 615);
+
+    // keep_finished = 7d: the Janitor's first sweep, at start.
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    let after = eventually(
+        Duration::from_secs(15),
+        "the old finished timers deleted",
+        || async {
+            let rows = rows_by_state(&database).await;
+            (rows.get("Reached") == Some(&20) && rows.get("Cancelled") == Some(&5)).then_some(rows)
+        },
+    )
+    .await;
+    assert_eq!(
+        after.get("Scheduled"),
+        Some(&50),
+        "no pending timer deleted: {after:?}"
+    );
+    let persistence = daemon.persistence();
+    assert!(
+        persistence
+            .get("acme", "new-fired-0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        persistence
+            .get("acme", "old-fired-0")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        persistence
+            .get("acme", "new-tombstone-0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_finished_zero_keeps_everything() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let database = scratch.database();
+    migrate(&database).await.unwrap();
+    let store = Store::open(&database).await.unwrap();
+    let long_ago = Utc::now() - chrono::Duration::days(400);
+    store
+        .apply(&[cancel_at("acme", "ancient", 1, long_ago)])
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let mut config = config(&server, &scratch);
+    config.retention.keep_finished = Duration::ZERO;
+    let daemon = Daemon::start(config).await.unwrap();
+    let client = common::TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    client.barrier("acme").await; // the daemon has been up long enough to have swept
+    assert!(
+        daemon
+            .persistence()
+            .get("acme", "ancient")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    daemon.shutdown().await.unwrap();
+}

@@ -1,0 +1,184 @@
+//! NATS security (CONTRACT.md §7): the daemon on a TLS-only, authenticated nats-server with
+//! mutual TLS, as its own user with only the permissions it needs, and tenants kept apart by
+//! subject permissions alone. The server configuration is the one the README shows.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::Utc;
+use common::pki::{CertFiles, Pki};
+use common::{NatsServer, Scratch, config, eventually};
+use futures::StreamExt;
+use serde_json::json;
+use timer_service::Daemon;
+use timer_service::client::TimerClient;
+
+/// The multi-tenant server configuration of the README: TLS with client certificates, the
+/// service's own user, one user per tenant.
+fn server_config(port: u16, store: &Path, pki: &Pki) -> String {
+    let tenant = |name: &str| {
+        format!(
+            r#"{{ user: {name}, password: "{name}-secret", permissions: {{
+                publish:   {{ allow: ["timer.cmd.*.{name}", "timer.api.*.{name}"] }},
+                subscribe: {{ allow: ["timer.evt.*.{name}", "_INBOX.{name}.>"] }}
+            }} }}"#
+        )
+    };
+    format!(
+        r#"
+listen: "127.0.0.1:{port}"
+jetstream {{ store_dir: "{store}" }}
+tls {{
+  cert_file: "{cert}"
+  key_file:  "{key}"
+  ca_file:   "{ca}"
+  verify:    true
+}}
+authorization {{
+  users = [
+    {{ user: timer-service, password: "service-secret", permissions: {{
+        publish:   {{ allow: ["$JS.API.>", "$JS.ACK.TIMER_COMMANDS.>", "timer.evt.>", "timer.cmd.cancel.>", "_INBOX.>", "$SRV.>"] }},
+        subscribe: {{ allow: ["_INBOX.>", "timer.api.>", "$SRV.>"] }}
+    }} }}
+    {acme}
+    {globex}
+  ]
+}}
+"#,
+        store = store.display(),
+        cert = pki.server_cert.display(),
+        key = pki.server_key.display(),
+        ca = pki.ca_file.display(),
+        acme = tenant("acme"),
+        globex = tenant("globex"),
+    )
+}
+
+async fn tenant_client(
+    server: &NatsServer,
+    pki: &Pki,
+    cert: &CertFiles,
+    tenant: &str,
+) -> async_nats::Client {
+    async_nats::ConnectOptions::with_user_and_password(tenant.into(), format!("{tenant}-secret"))
+        .add_root_certificates(pki.ca_file.clone())
+        .add_client_certificate(cert.cert.clone(), cert.key.clone())
+        .require_tls(true)
+        .custom_inbox_prefix(format!("_INBOX.{tenant}"))
+        .connect(server.url())
+        .await
+        .expect("the tenant connects")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_with_credentials_each_tenant_reaches_only_its_own_timers() {
+    let pki = Pki::new();
+    let server = NatsServer::start_with_config(|port, store| server_config(port, store, &pki));
+    let scratch = Scratch::new();
+    let service_cert = pki.client("timer-service");
+    let mut daemon_config = config(&server, &scratch);
+    daemon_config.nats.user = Some("timer-service".into());
+    daemon_config.nats.password = Some("service-secret".into());
+    daemon_config.nats.tls_ca = Some(pki.ca_file.clone());
+    daemon_config.nats.tls_cert = Some(service_cert.cert.clone());
+    daemon_config.nats.tls_key = Some(service_cert.key.clone());
+    let daemon = Daemon::start(daemon_config).await.unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "the daemon connected over TLS",
+        || async { daemon.health().broker_connected.then_some(()) },
+    )
+    .await;
+
+    let acme_cert = pki.client("acme");
+    let globex_cert = pki.client("globex");
+    let acme_nats = tenant_client(&server, &pki, &acme_cert, "acme").await;
+    let globex_nats = tenant_client(&server, &pki, &globex_cert, "globex").await;
+    let timeout = Duration::from_secs(1);
+    let acme = TimerClient::with_timeout(acme_nats.clone(), Default::default(), timeout);
+    let globex = TimerClient::with_timeout(globex_nats.clone(), Default::default(), timeout);
+    let mut acme_events = acme_nats.subscribe("timer.evt.due.acme").await.unwrap();
+    let mut acme_spying = acme_nats.subscribe("timer.evt.due.globex").await.unwrap();
+    let mut globex_events = globex_nats.subscribe("timer.evt.due.globex").await.unwrap();
+    acme_nats.flush().await.unwrap();
+    globex_nats.flush().await.unwrap();
+
+    // Each tenant schedules its own timer and receives its event.
+    let soon = Utc::now() + chrono::Duration::milliseconds(800);
+    let soon_text = common::rfc3339(soon);
+    eventually(Duration::from_secs(15), "acme's command stored", || async {
+        acme.schedule("acme", "mine", &soon_text, None).await.ok()
+    })
+    .await;
+    globex
+        .schedule("globex", "theirs", &soon_text, None)
+        .await
+        .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), acme_events.next())
+        .await
+        .expect("acme's timer fires")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&event.payload).contains("\"mine\""));
+    tokio::time::timeout(Duration::from_secs(10), globex_events.next())
+        .await
+        .expect("globex's timer fires")
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "acme's timer marked Reached",
+        || async { (acme.get("acme", "mine").await.ok()?.state == "Reached").then_some(()) },
+    )
+    .await;
+
+    // acme cannot schedule for, query, cancel or read the events of globex.
+    let forged = acme.schedule("globex", "forged", &soon_text, None).await;
+    assert!(forged.is_err(), "acme scheduled for globex: {forged:?}");
+    let peek = acme
+        .request(
+            timer_service::domain::api::Verb::Get,
+            "globex",
+            &json!({"serviceCallId": "theirs"}),
+        )
+        .await;
+    assert!(peek.is_err(), "acme read globex's timer: {peek:?}");
+    let cancel = acme.cancel("globex", "theirs").await;
+    assert!(cancel.is_err(), "acme cancelled globex's timer: {cancel:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), acme_spying.next())
+            .await
+            .is_err(),
+        "acme received globex's events"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "globex's timer still its own, Reached",
+        || async { (globex.get("globex", "theirs").await.ok()?.state == "Reached").then_some(()) },
+    )
+    .await;
+    let forged = globex.get("globex", "forged").await;
+    assert_eq!(
+        forged.unwrap_err().code(),
+        Some(404),
+        "nothing was stored for acme's forgery"
+    );
+
+    // No client certificate, or a wrong password: no connection at all.
+    let no_cert =
+        async_nats::ConnectOptions::with_user_and_password("acme".into(), "acme-secret".into())
+            .add_root_certificates(pki.ca_file.clone())
+            .require_tls(true)
+            .connect(server.url())
+            .await;
+    assert!(no_cert.is_err(), "connected without a client certificate");
+    let wrong_password =
+        async_nats::ConnectOptions::with_user_and_password("acme".into(), "guess".into())
+            .add_root_certificates(pki.ca_file.clone())
+            .add_client_certificate(acme_cert.cert.clone(), acme_cert.key.clone())
+            .require_tls(true)
+            .connect(server.url())
+            .await;
+    assert!(wrong_password.is_err(), "connected with a wrong password");
+    daemon.shutdown().await.unwrap();
+}

@@ -1,0 +1,116 @@
+//! The broker objects the service relies on: created as soon as the broker is reached (before
+//! any command or event, CONTRACT.md §7), and used as they are when an operator made them.
+
+mod common;
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer;
+use chrono::Utc;
+use common::{NatsServer, Scratch, TestClient, config, eventually};
+use timer_service::Daemon;
+
+/// A downstream service starting with the daemon can create its durable consumer on the event
+/// stream before any timer has fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_streams_and_the_consumer_exist_before_any_command_or_event() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+
+    let events = eventually(
+        Duration::from_secs(15),
+        "the TIMER_EVENTS stream",
+        || async { client.js.get_stream("TIMER_EVENTS").await.ok() },
+    )
+    .await;
+    events
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("downstream".into()),
+            filter_subject: "timer.evt.due.>".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a durable consumer on the event stream");
+    client
+        .js
+        .get_consumer_from_stream::<consumer::pull::Config, _, _>("timer-service", "TIMER_COMMANDS")
+        .await
+        .expect("the command consumer");
+    assert_eq!(
+        client.events("timer.evt.>").await.len(),
+        0,
+        "created empty, before any event"
+    );
+    let mut events = client.js.get_stream("TIMER_EVENTS").await.unwrap();
+    let config = events.info().await.unwrap().config.clone();
+    assert_eq!(
+        config.max_age,
+        Duration::from_secs(7 * 24 * 3600),
+        "event_max_age"
+    );
+    assert_eq!(config.num_replicas, 1);
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_max_age_and_replicas_shape_the_streams_the_service_creates() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    let mut config = config(&server, &scratch);
+    config.nats.event_max_age = Duration::from_secs(90);
+    let daemon = Daemon::start(config).await.unwrap();
+    let mut events = eventually(
+        Duration::from_secs(15),
+        "the TIMER_EVENTS stream",
+        || async { client.js.get_stream("TIMER_EVENTS").await.ok() },
+    )
+    .await;
+    assert_eq!(
+        events.info().await.unwrap().config.max_age,
+        Duration::from_secs(90)
+    );
+    daemon.shutdown().await.unwrap();
+}
+
+/// Streams an operator created first, with settings of their own, are used as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_created_by_an_operator_are_used_as_they_are() {
+    use async_nats::jetstream::stream;
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    for (name, subject) in [
+        ("TIMER_COMMANDS", "timer.cmd.>"),
+        ("TIMER_EVENTS", "timer.evt.>"),
+    ] {
+        client
+            .js
+            .create_stream(stream::Config {
+                name: name.into(),
+                subjects: vec![subject.into()],
+                max_age: Duration::from_secs(3600),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    client
+        .schedule("acme", "own-streams", Utc::now(), None)
+        .await;
+    client
+        .await_due("acme", "own-streams", Duration::from_secs(10))
+        .await;
+    let mut commands = client.js.get_stream("TIMER_COMMANDS").await.unwrap();
+    let info = commands.info().await.unwrap();
+    assert_eq!(
+        info.config.retention,
+        stream::RetentionPolicy::Limits,
+        "left as created"
+    );
+    assert_eq!(info.config.max_age, Duration::from_secs(3600));
+    daemon.shutdown().await.unwrap();
+}
