@@ -22,8 +22,9 @@ pub struct JetStreamCommandSource {
     js: jetstream::Context,
     names: BrokerNames,
     consumer: Option<PullConsumer>,
-    /// The open pull request, if any: messages may still arrive on it.
-    request: Option<(Batch, Duration)>,
+    /// The open pull request, if any (messages may still arrive on it), and the instant by
+    /// which the broker must have closed it (its expiry plus [`REQUEST_GRACE`]).
+    request: Option<(Batch, tokio::time::Instant)>,
 }
 
 impl JetStreamCommandSource {
@@ -71,7 +72,10 @@ impl JetStreamCommandSource {
                 .await
                 .map_err(|e| BusError(format!("pull request failed: {e}")));
             match batch {
-                Ok(batch) => self.request = Some((batch, wait)),
+                Ok(batch) => {
+                    let answer_by = tokio::time::Instant::now() + wait + REQUEST_GRACE;
+                    self.request = Some((batch, answer_by))
+                }
                 Err(e) => {
                     self.reset();
                     return Err(e);
@@ -118,24 +122,30 @@ impl CommandSource for JetStreamCommandSource {
     ) -> Result<Vec<InboundCommand>, BusError> {
         self.open_request(max, wait).await?;
         let mut out = Vec::new();
-        let Some((batch, expires)) = self.request.as_mut() else {
+        let Some((batch, answer_by)) = self.request.as_mut() else {
             return Ok(out);
         };
-        let mut pending = match tokio::time::timeout(*expires + REQUEST_GRACE, batch.next()).await {
-            Ok(Some(Ok(message))) => push(&mut out, message),
-            Ok(Some(Err(e))) => {
-                self.reset();
-                return Err(BusError(format!("pull request failed: {e}")));
-            }
-            Ok(None) => {
-                self.request = None;
-                return Ok(out);
-            }
-            Err(_) => {
-                self.reset();
-                return Err(BusError("pull request was never answered".into()));
-            }
-        };
+        // A request opened by an earlier call may live longer than this call's `wait`: waiting
+        // on it only that long keeps gathered commands from waiting for its expiry.
+        let answer_by = *answer_by;
+        let first_wait = tokio::time::Instant::now() + wait;
+        let mut pending =
+            match tokio::time::timeout_at(first_wait.min(answer_by), batch.next()).await {
+                Ok(Some(Ok(message))) => push(&mut out, message),
+                Ok(Some(Err(e))) => {
+                    self.reset();
+                    return Err(BusError(format!("pull request failed: {e}")));
+                }
+                Ok(None) => {
+                    self.request = None;
+                    return Ok(out);
+                }
+                Err(_) if tokio::time::Instant::now() < answer_by => return Ok(out),
+                Err(_) => {
+                    self.reset();
+                    return Err(BusError("pull request was never answered".into()));
+                }
+            };
         // Fill the batch while the broker says more are pending and the request has room:
         // under load every transaction then carries a full batch.
         loop {
@@ -161,10 +171,10 @@ impl CommandSource for JetStreamCommandSource {
     async fn drain(&mut self, max: usize) -> Result<Vec<InboundCommand>, BusError> {
         let mut out = Vec::new();
         while out.len() < max {
-            let Some((batch, expires)) = self.request.as_mut() else {
+            let Some((batch, answer_by)) = self.request.as_mut() else {
                 break;
             };
-            match tokio::time::timeout(*expires + REQUEST_GRACE, batch.next()).await {
+            match tokio::time::timeout_at(*answer_by, batch.next()).await {
                 Ok(Some(Ok(message))) => {
                     push(&mut out, message);
                 }

@@ -292,14 +292,29 @@ impl TestClient {
         .await
     }
 
-    /// Publishes raw bytes on `subject` and waits for the broker to store them.
+    /// Publishes raw bytes on `subject` and waits for the broker to store them. Right after a
+    /// stream is created a loaded broker may briefly answer "no responders" (nothing stored):
+    /// that publish is sent again, as any client would.
     pub async fn publish_raw(&self, subject: &str, bytes: Vec<u8>) {
-        self.js
-            .publish(subject.to_owned(), bytes.into())
-            .await
-            .expect("publish")
-            .await
-            .expect("PubAck");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let ack = self
+                .js
+                .publish(subject.to_owned(), bytes.clone().into())
+                .await
+                .expect("publish")
+                .await;
+            match ack {
+                Ok(_) => return,
+                Err(e)
+                    if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("PubAck: {e}"),
+            }
+        }
     }
 
     pub async fn schedule(
@@ -333,8 +348,12 @@ impl TestClient {
                         .expect("publish"),
                 );
             }
-            for ack in acks {
-                ack.await.expect("PubAck");
+            for (id, ack) in chunk.iter().zip(acks) {
+                if ack.await.is_err() {
+                    let command = schedule_command(tenant, id, &rfc3339(due_at), None);
+                    self.publish_raw(&subject, serde_json::to_vec(&command).expect("json"))
+                        .await;
+                }
             }
         }
     }

@@ -9,11 +9,34 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 /// A TCP port nobody listens on right now.
+/// A port nothing listens on, below Linux's ephemeral range (32768–60999): a port the kernel
+/// hands out for `bind(0)` may be taken by some outgoing connection before the server binds
+/// it, while ports below that range are only taken by listeners. Each call tries the next of a
+/// sequence that starts at a random place, so parallel test processes rarely meet.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        {
+            use std::hash::{BuildHasher, Hasher};
+            let random = std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish();
+            (random % SPAN as u64) as u32
+        },
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port")
 }
 
 /// `NATS_SERVER_BIN` when set, else `nats-server` from `PATH`.
