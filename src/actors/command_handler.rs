@@ -41,8 +41,12 @@ const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_SOURCE_BACKOFF: Duration = Duration::from_secs(5);
 /// Longest wait between two attempts to store while the database fails.
 const MAX_STORE_BACKOFF: Duration = Duration::from_secs(5);
-/// Transactions handed to Persistence and not yet acknowledged, at most.
-pub const STORE_PIPELINE_DEPTH: usize = 2;
+/// Transactions handed to Persistence and not yet acknowledged, at most. One: Persistence
+/// runs them one after another anyway, and everything that arrives while one commits joins the
+/// next, so at 1,000 commands/s a commit carries several instead of one or two and leaves the
+/// Poller's claims less to queue behind (lateness p50 at 1,000 timers/s went from about 6 ms
+/// with two to about 4 ms with one).
+pub const STORE_PIPELINE_DEPTH: usize = 1;
 /// Most commands gathered into one transaction while others are under way (with the
 /// transactions in flight, well under the consumer's 10,000 unacknowledged commands).
 pub const GROUP_MAX: usize = 2_000;
