@@ -91,6 +91,17 @@ async fn metrics_count_what_was_sent_and_fired() {
     assert!(process.wait_exit(Duration::from_secs(10)).await.success());
 }
 
+/// Waits until `/readyz` answers `code`, and returns what it said.
+async fn await_readyz(addr: &str, code: u16, timeout: Duration, what: &str) -> String {
+    eventually(timeout, what, || async {
+        http_get(addr, "/readyz")
+            .await
+            .filter(|(c, _)| *c == code)
+            .map(|(_, body)| body)
+    })
+    .await
+}
+
 /// `/readyz` goes 503 within seconds of losing the broker and 200 again when it is back;
 /// `/healthz` stays 200 throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,21 +110,15 @@ async fn readiness_follows_the_broker() {
     let scratch = Scratch::new();
     let addr = format!("127.0.0.1:{}", free_port());
     let process = DaemonProcess::start_with(&server, &scratch, &http_env(&addr));
-    let ready = |code: u16| {
-        let addr = addr.clone();
-        move || {
-            let addr = addr.clone();
-            async move { http_get(&addr, "/readyz").await.filter(|(c, _)| *c == code) }
-        }
-    };
-    eventually(Duration::from_secs(15), "ready", ready(200)).await;
+    await_readyz(&addr, 200, Duration::from_secs(15), "ready").await;
 
     server.kill();
     let lost = Instant::now();
-    let (_, body) = eventually(
+    let body = await_readyz(
+        &addr,
+        503,
         Duration::from_secs(10),
         "not ready without the broker",
-        ready(503),
     )
     .await;
     let red_after = lost.elapsed();
@@ -122,7 +127,7 @@ async fn readiness_follows_the_broker() {
 
     server.restart();
     let back = Instant::now();
-    eventually(Duration::from_secs(15), "ready again", ready(200)).await;
+    await_readyz(&addr, 200, Duration::from_secs(15), "ready again").await;
     eprintln!(
         "readiness: red {red_after:?} after the broker died, green {:?} after it returned",
         back.elapsed()
@@ -150,27 +155,21 @@ async fn readiness_follows_the_disk_even_when_idle() {
         ("TIMER_DB_PATH", db.to_str().unwrap()),
     ];
     let process = DaemonProcess::start_with(&server, &scratch, &env);
-    let ready = |code: u16| {
-        let addr = addr.clone();
-        move || {
-            let addr = addr.clone();
-            async move { http_get(&addr, "/readyz").await.filter(|(c, _)| *c == code) }
-        }
-    };
-    eventually(Duration::from_secs(15), "ready", ready(200)).await;
+    await_readyz(&addr, 200, Duration::from_secs(15), "ready").await;
     disk.fill_leaving(256 * 1024);
     let full = Instant::now();
-    let (_, body) = eventually(
+    let body = await_readyz(
+        &addr,
+        503,
         Duration::from_secs(10),
         "not ready on a full disk",
-        ready(503),
     )
     .await;
     let red_after = full.elapsed();
     assert!(body.contains("database:"), "{body}");
     disk.free();
     let freed = Instant::now();
-    eventually(Duration::from_secs(10), "ready again", ready(200)).await;
+    await_readyz(&addr, 200, Duration::from_secs(10), "ready again").await;
     eprintln!(
         "readiness: red {red_after:?} after the disk filled, green {:?} after space came back",
         freed.elapsed()

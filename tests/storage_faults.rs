@@ -296,21 +296,7 @@ async fn the_database_directory_removed_then_restored_loses_nothing_acknowledged
     if !scratch.sqlite_only("storage faults") {
         return;
     }
-    let dir = scratch.dir.path().join("data");
-    std::fs::create_dir(&dir).unwrap();
-    let db_path = dir.join("timers.db");
-    let daemon = daemon_on(&server, &scratch, db_path.clone()).await;
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
-    let before = ids("before", 200);
-    let due_later = Utc::now() + chrono::Duration::seconds(3);
-    client.schedule_many("acme", &before, due_later).await;
-    eventually(
-        Duration::from_secs(10),
-        "the first timers stored",
-        || async { (client.commands_outstanding().await == 0).then_some(()) },
-    )
-    .await;
+    let (dir, db_path, daemon, client, before) = daemon_in_directory(&server, &scratch).await;
     let backup = scratch.dir.path().join("backup.db");
     backup_to(&db_path, &backup).await;
     let actors_before = actor_ids(&daemon);
@@ -342,22 +328,7 @@ async fn the_database_directory_replaced_is_followed_to_the_new_file() {
     if !scratch.sqlite_only("storage faults") {
         return;
     }
-    let dir = scratch.dir.path().join("data");
-    std::fs::create_dir(&dir).unwrap();
-    let db_path = dir.join("timers.db");
-    let daemon = daemon_on(&server, &scratch, db_path.clone()).await;
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
-    let before = ids("before", 200);
-    client
-        .schedule_many("acme", &before, Utc::now() + chrono::Duration::seconds(3))
-        .await;
-    eventually(
-        Duration::from_secs(10),
-        "the first timers stored",
-        || async { (client.commands_outstanding().await == 0).then_some(()) },
-    )
-    .await;
+    let (dir, db_path, daemon, client, before) = daemon_in_directory(&server, &scratch).await;
     let copy = scratch.dir.path().join("copy.db");
     backup_to(&db_path, &copy).await;
     let actors_before = actor_ids(&daemon);
@@ -371,6 +342,31 @@ async fn the_database_directory_replaced_is_followed_to_the_new_file() {
     let all: Vec<String> = before.iter().chain(&after).cloned().collect();
     assert_recovered(&daemon, &client, &db_path, &all, &actors_before).await;
     daemon.shutdown().await.unwrap();
+}
+
+/// A daemon whose database is in a directory of its own (`data/timers.db`), with 200 timers
+/// due in 3 s already stored: the directory, the file, the daemon, a client and the timers.
+async fn daemon_in_directory(
+    server: &NatsServer,
+    scratch: &Scratch,
+) -> (PathBuf, PathBuf, Daemon, TestClient, Vec<String>) {
+    let dir = scratch.dir.path().join("data");
+    std::fs::create_dir(&dir).unwrap();
+    let db_path = dir.join("timers.db");
+    let daemon = daemon_on(server, scratch, db_path.clone()).await;
+    let client = TestClient::connect(server).await;
+    client.wait_for_command_stream().await;
+    let before = ids("before", 200);
+    client
+        .schedule_many("acme", &before, Utc::now() + chrono::Duration::seconds(3))
+        .await;
+    eventually(
+        Duration::from_secs(10),
+        "the first timers stored",
+        || async { (client.commands_outstanding().await == 0).then_some(()) },
+    )
+    .await;
+    (dir, db_path, daemon, client, before)
 }
 
 /// A consistent copy of a live database, as `sqlite3 db ".backup copy"` makes one.
