@@ -278,7 +278,7 @@ impl Observer {
                         to_char(to_timestamp(({first_ms} + x * {step_ms}) / 1000.0) AT TIME ZONE 'UTC',
                                 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
                         '2026-01-01T00:00:00.000Z', {reached}, '{state}', 0
-                 FROM generate_series(0, {last}) AS x",
+                 FROM generate_series(0::bigint, {last}) AS x",
                 last = n.saturating_sub(1)
             )
         } else {

@@ -4,8 +4,9 @@
 //! (…)`) keep the per-statement round trip of the driver off the per-timer path.
 //!
 //! The queries are the same SeaORM code on SQLite and PostgreSQL. Backend-specific, because
-//! the backends differ there: how a commit skips waiting for the disk ([`Store::relaxed`]:
-//! `PRAGMA synchronous` on SQLite, `SET LOCAL synchronous_commit` on PostgreSQL), the checks
+//! the backends differ there: how a commit skips waiting for the disk ([`Store::durable`] and
+//! [`Store::relaxed`]: `PRAGMA synchronous` on SQLite, `SET LOCAL synchronous_commit` on
+//! PostgreSQL), a claim's own transaction (one statement is one on SQLite), the checks
 //! that only a file has (its identity at its path, the free space of its disk), and the form
 //! of `EXPLAIN`. Claims lock with `FOR UPDATE SKIP LOCKED` on PostgreSQL, where several
 //! daemons share the table; SQLite has one writer and needs no lock.
@@ -111,8 +112,16 @@ struct SqliteFile {
     path: PathBuf,
     /// The file opened; a commit counts only while the path still names it.
     identity: FileIdentity,
-    /// The configured `synchronous` level, restored after a relaxed commit.
+    /// The configured `synchronous` level: what commands and cancels commit at.
     synchronous: Synchronous,
+}
+
+impl SqliteFile {
+    /// Whether the configured level waits for the disk at each commit, so that the connection
+    /// rests at `NORMAL` (no fsync) and is raised to it only for durable work.
+    fn raises(&self) -> bool {
+        matches!(self.synchronous, Synchronous::Full | Synchronous::Extra)
+    }
 }
 
 impl Store {
@@ -130,7 +139,11 @@ impl Store {
             }),
             DatabaseTarget::Postgres { .. } => None,
         };
-        Ok(Self { db, file })
+        let store = Self { db, file };
+        if store.file.as_ref().is_some_and(SqliteFile::raises) {
+            store.set_synchronous(Synchronous::Normal).await?;
+        }
+        Ok(store)
     }
 
     /// Fails when the path no longer names the file this store writes to (removed, or replaced
@@ -162,11 +175,13 @@ impl Store {
         if commands.is_empty() {
             return Ok(0);
         }
-        let txn = self.db.begin().await?;
-        let written = apply_in(&txn, commands.to_vec()).await?;
-        txn.commit().await?;
-        self.check_file()?;
-        Ok(written)
+        self.durable(async {
+            let txn = self.db.begin().await?;
+            let written = apply_in(&txn, commands.to_vec()).await?;
+            txn.commit().await?;
+            Ok(written)
+        })
+        .await
     }
 
     /// Applies one `CancelTimer` already ordered in the command stream (`command.seq` is its
@@ -176,16 +191,20 @@ impl Store {
         &self,
         command: &Command,
     ) -> Result<(CancelOutcome, Option<Timer>), StoreError> {
-        let txn = self.db.begin().await?;
-        // Locks the row on backends that can, so the outcome read is the cancel's own.
-        find_one(&txn, &command.tenant_id, &command.service_call_id, true).await?;
-        apply_in(&txn, vec![command.clone()]).await?;
-        let after = find_one(&txn, &command.tenant_id, &command.service_call_id, false)
-            .await?
-            .map(from_model)
-            .transpose()?;
-        txn.commit().await?;
-        self.check_file()?;
+        let after = self
+            .durable(async {
+                let txn = self.db.begin().await?;
+                // Locks the row on backends that can, so the outcome read is the cancel's own.
+                find_one(&txn, &command.tenant_id, &command.service_call_id, true).await?;
+                apply_in(&txn, vec![command.clone()]).await?;
+                let after = find_one(&txn, &command.tenant_id, &command.service_call_id, false)
+                    .await?
+                    .map(from_model)
+                    .transpose()?;
+                txn.commit().await?;
+                Ok(after)
+            })
+            .await?;
         Ok((CancelOutcome::of(after.as_ref(), command.seq), after))
     }
 
@@ -212,21 +231,25 @@ impl Store {
             .order_by(Column::ServiceCallId, Order::Asc)
             .limit(limit as u64)
             .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+        let claim = Entity::update_many()
+            .col_expr(Column::ClaimedBy, Expr::value(claimant.name.clone()))
+            .col_expr(Column::ClaimUntil, Expr::value(format_utc(until)))
+            .filter(
+                Expr::tuple([
+                    Expr::col(Column::TenantId),
+                    Expr::col(Column::ServiceCallId),
+                ])
+                .in_subquery(picked),
+            );
         let claimed = self
             .relaxed(async {
+                if self.file.is_some() {
+                    // One statement is a transaction of its own on SQLite: no BEGIN and
+                    // COMMIT round trips on the firing path.
+                    return claim.exec_with_returning(&self.db).await;
+                }
                 let txn = self.begin_relaxed().await?;
-                let rows = Entity::update_many()
-                    .col_expr(Column::ClaimedBy, Expr::value(claimant.name.clone()))
-                    .col_expr(Column::ClaimUntil, Expr::value(format_utc(until)))
-                    .filter(
-                        Expr::tuple([
-                            Expr::col(Column::TenantId),
-                            Expr::col(Column::ServiceCallId),
-                        ])
-                        .in_subquery(picked),
-                    )
-                    .exec_with_returning(&txn)
-                    .await?;
+                let rows = claim.exec_with_returning(&txn).await?;
                 txn.commit().await?;
                 Ok(rows)
             })
@@ -333,22 +356,40 @@ impl Store {
         .await
     }
 
+    /// Runs `work`, whose commits must be on disk before it returns (commands, cancels). On
+    /// SQLite the connection rests at `synchronous = NORMAL` and is raised to the configured
+    /// level for this work only: the writes whose loss to a power cut is harmless (claims,
+    /// marks, retention deletes, the probe) then skip the fsync without a round trip of their
+    /// own, and they are many more than the durable ones under load. Should lowering it again
+    /// fail, the connection stays at the configured level: slower, never less safe.
+    async fn durable<T>(
+        &self,
+        work: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let raise = self.file.as_ref().filter(|file| file.raises());
+        if let Some(file) = raise {
+            self.set_synchronous(file.synchronous).await?;
+        }
+        let result = work.await;
+        if raise.is_some()
+            && let Err(e) = self.set_synchronous(Synchronous::Normal).await
+        {
+            tracing::debug!(error = %e, "synchronous stays at the configured level");
+        }
+        let value = result?;
+        self.check_file()?;
+        Ok(value)
+    }
+
     /// Runs `work`, whose transactions (begun with [`Self::begin_relaxed`]) commit without
     /// waiting for the disk: for writes whose loss to a power cut is harmless (claims, marks,
-    /// retention deletes), kept off the fsync path. On SQLite that is `synchronous = NORMAL`
-    /// around the work (a connection setting, restored after); on PostgreSQL each transaction
-    /// says so itself.
+    /// retention deletes), kept off the fsync path. On SQLite that is the connection's resting
+    /// level (see [`Self::durable`]); on PostgreSQL each transaction says so itself.
     async fn relaxed<T>(
         &self,
         work: impl Future<Output = Result<T, DbErr>>,
     ) -> Result<T, StoreError> {
-        let Some(file) = &self.file else {
-            return Ok(work.await?);
-        };
-        self.set_synchronous(Synchronous::Normal).await?;
-        let result = work.await;
-        self.set_synchronous(file.synchronous).await?;
-        let value = result?;
+        let value = work.await?;
         self.check_file()?;
         Ok(value)
     }
