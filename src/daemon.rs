@@ -81,7 +81,6 @@ impl Daemon {
                 path: database.describe(),
                 source,
             })?;
-        let metrics = crate::telemetry::install(&config.name);
         let health = Health::new();
         let client = nats::connect(
             &config.broker_url,
@@ -157,6 +156,8 @@ impl Daemon {
             );
         }
         if let Some(listen) = config.http_listen() {
+            // Without `/metrics` nobody reads them: no recorder, and recording costs nothing.
+            let metrics = crate::telemetry::install(&config.name);
             children.push(ChildSpec::of::<Http>(HttpArgs {
                 listen,
                 metrics,

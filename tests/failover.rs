@@ -194,10 +194,12 @@ async fn a_killed_daemons_timers_are_taken_over_and_nothing_is_lost() {
         for (due, arrived) in firings {
             assert!(arrived >= due, "{id} fired before its dueAt");
         }
-        let (due, arrived) = firings[0];
         if orphaned.contains(id) {
-            worst = worst.max(arrived - due);
+            // The survivors' publish once d2's claim lapsed (an earlier one may be d2's own).
+            let (due, taken_over) = firings[firings.len() - 1];
+            worst = worst.max(taken_over - due);
         } else {
+            let (due, arrived) = firings[0];
             lateness_ms.push((arrived - due).num_microseconds().unwrap() as f64 / 1000.0);
         }
     }
@@ -205,7 +207,8 @@ async fn a_killed_daemons_timers_are_taken_over_and_nothing_is_lost() {
     let p = |q: f64| lateness_ms[((lateness_ms.len() - 1) as f64 * q) as usize];
     eprintln!(
         "failover: {} timers, d2 killed at {killed_at} holding {} claimed and unmarked; \
-         {duplicates} published twice; its timers fired at most {} ms late (lease {lease:?}); \
+         {duplicates} published twice; the survivors took them over at most {} ms late \
+         (lease {lease:?}); \
          the others p50 {:.1} ms, p99 {:.1} ms",
         ids.len(),
         orphaned.len(),

@@ -467,6 +467,9 @@ async fn main() {
         if !args.keep {
             let _ = std::fs::remove_dir_all(&dir);
         }
+        // The runs so far, should a later one not finish.
+        std::fs::write(args.out.join("report.md"), report::report(&args, &f))
+            .expect("write report");
     }
 
     let report = report::report(&args, &f);

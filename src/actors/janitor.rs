@@ -3,9 +3,10 @@
 //! fired.
 //!
 //! Deletes go through Persistence like every write, in batches of [`BATCH`] rows, one short
-//! transaction each and one message at a time: whatever the Poller or the CommandHandler sends
-//! meanwhile is served between two batches, so a backlog of a million finished rows never holds
-//! the writer for longer than one batch. A sweep runs every [`INTERVAL`] and goes on batch after
+//! transaction each and one message at a time, with a [`PAUSE`] between two: whatever the
+//! Poller or the CommandHandler sends meanwhile is served first, so a backlog of a million
+//! finished rows never holds the writer for longer than one batch (a few milliseconds) and
+//! leaves it idle most of the time. A sweep runs every [`INTERVAL`] and goes on batch after
 //! batch while a batch comes back full. A failed batch (storage failing) waits for the next
 //! sweep; the Janitor itself never fails over it.
 
@@ -19,8 +20,12 @@ use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::ports::Clock;
 
-/// Finished rows deleted per transaction.
-pub const BATCH: usize = 1_000;
+/// Finished rows deleted per transaction: about 4 ms of the writer on the development machine
+/// (1,000 held firing up to 40 ms behind a batch: lateness p99 171 ms while deleting).
+pub const BATCH: usize = 100;
+/// Between two batches of a sweep: the writer is the Poller's and the CommandHandler's first.
+/// At most about 7,000 rows/s, well above what a service firing 1,000 timers/s leaves behind.
+pub const PAUSE: Duration = Duration::from_millis(10);
 /// Time between sweeps.
 pub const INTERVAL: Duration = Duration::from_secs(60);
 
@@ -120,7 +125,7 @@ impl Actor for Janitor {
                         metrics::counter!(crate::telemetry::RETENTION_DELETED).increment(deleted);
                         state.swept += deleted;
                         if deleted as usize >= BATCH {
-                            myself.cast(JanitorMsg::Sweep)?;
+                            myself.send_after(PAUSE, || JanitorMsg::Sweep);
                         } else if state.swept > 0 {
                             tracing::info!(actor = Janitor::NAME, deleted = state.swept,
                                 cutoff = %cutoff, "finished timers deleted");
