@@ -4,9 +4,10 @@
 //! commit (SQLite's default), it stalled the Persistence actor — and with it every firing — for
 //! up to a second with ten million timers stored. Here it runs on a connection of its own in
 //! `PASSIVE` mode, which never blocks the writer, so only this actor waits for the disk. Under a
-//! steady load the writer seldom finds the WAL both fully copied and unused, so the file keeps
-//! growing; once it passes [`TRUNCATE_ABOVE_PAGES`] and is fully copied, a `TRUNCATE`
-//! checkpoint empties it, holding the writer off only for as long as truncating takes.
+//! steady load the writer seldom finds the WAL both fully copied and unused, so it would keep
+//! growing; once it passes [`RESTART_ABOVE_PAGES`] and is fully copied, a `RESTART` checkpoint
+//! makes the next commit write it from its start again, holding the writer off only for a
+//! moment. The WAL file keeps the size it reached (about 64 MiB at most under load).
 //!
 //! Like Persistence, it treats storage faults as outages: a failed checkpoint closes its
 //! connection, the next attempt (after a backoff) opens a fresh one, and it never fails the
@@ -28,8 +29,8 @@ use crate::persistence::db::{
 
 /// How often the WAL is checkpointed.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
-/// WAL size (pages of 4 KiB) above which a fully copied WAL is emptied.
-pub const TRUNCATE_ABOVE_PAGES: i64 = 65_536;
+/// WAL size (pages of 4 KiB) above which a fully copied WAL is started again from its beginning.
+pub const RESTART_ABOVE_PAGES: i64 = 16_384;
 /// While checkpoints fail, every this many attempts is logged as a warning (the others at
 /// debug). Attempts themselves are not spaced out: a failing checkpoint costs little, and once
 /// space is back the WAL stops growing into it only after a checkpoint.
@@ -181,8 +182,8 @@ async fn run_checkpoint(state: &mut CheckpointerState) -> Result<Checkpoint, DbE
         return Err(DbErr::Custom("no connection".into()));
     };
     let done = checkpoint(db, CheckpointMode::Passive).await?;
-    if done.wal_pages > TRUNCATE_ABOVE_PAGES && done.checkpointed_pages == done.wal_pages {
-        return checkpoint(db, CheckpointMode::Truncate).await;
+    if done.wal_pages > RESTART_ABOVE_PAGES && done.checkpointed_pages == done.wal_pages {
+        return checkpoint(db, CheckpointMode::Restart).await;
     }
     Ok(done)
 }
