@@ -149,15 +149,12 @@ impl CommandPublisher for JetStreamCommandPublisher {
 
     /// The command consumer's ack floor: every command up to it is acknowledged or terminated.
     async fn handled_through(&self) -> Result<u64, BusError> {
-        let mut consumer: jetstream::consumer::PullConsumer = self
+        // Getting the consumer fetches its info: one request to the broker, not two.
+        let consumer: jetstream::consumer::PullConsumer = self
             .js
             .get_consumer_from_stream(&self.names.consumer, &self.names.command_stream)
             .await
             .map_err(|e| BusError(format!("command consumer unavailable: {e}")))?;
-        let info = consumer
-            .info()
-            .await
-            .map_err(|e| BusError(format!("command consumer unavailable: {e}")))?;
-        Ok(info.ack_floor.stream_sequence)
+        Ok(consumer.cached_info().ack_floor.stream_sequence)
     }
 }

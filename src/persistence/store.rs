@@ -292,10 +292,7 @@ impl Store {
             .into_tuple()
             .one(&self.db)
             .await?;
-        earliest
-            .flatten()
-            .map(|text| parse_time("claim_until", &text))
-            .transpose()
+        parse_optional_time("claim_until", earliest.flatten())
     }
 
     /// Marks published batches `Reached`, each at its own `reached_at`, in one transaction
@@ -425,10 +422,7 @@ impl Store {
             .into_tuple()
             .one(&self.db)
             .await?;
-        earliest
-            .flatten()
-            .map(|text| parse_time("due_at", &text))
-            .transpose()
+        parse_optional_time("due_at", earliest.flatten())
     }
 
     /// One timer of one tenant. Scoped by tenant: another tenant's timer with the same
@@ -509,10 +503,7 @@ impl Store {
         Ok(TenantStats {
             scheduled,
             overdue,
-            next_due_at: next
-                .flatten()
-                .map(|text| parse_time("due_at", &text))
-                .transpose()?,
+            next_due_at: parse_optional_time("due_at", next.flatten())?,
         })
     }
 
@@ -932,6 +923,14 @@ fn parse_time(field: &str, text: &str) -> Result<DateTime<Utc>, StoreError> {
         service_call_id: "?".into(),
         reason: format!("{field} {text:?}: {e}"),
     })
+}
+
+/// A time column of a one-row query that may have found nothing.
+fn parse_optional_time(
+    field: &str,
+    text: Option<String>,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    text.map(|text| parse_time(field, &text)).transpose()
 }
 
 fn from_model(model: entity::Model) -> Result<Timer, StoreError> {
