@@ -286,6 +286,75 @@ async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
     daemon.shutdown().await.unwrap();
 }
 
+/// A cancel through the API while the database is locked: it is in the command stream, but
+/// not applied, so the API answers 500 (never "cancelled" before the commit); once the lock
+/// goes, the CommandHandler applies it from the stream and the timer never fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_cancel_during_a_storage_fault_answers_500_and_is_applied_afterwards() {
+    use sea_orm::ConnectionTrait;
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    if !scratch.sqlite_only("storage faults") {
+        return;
+    }
+    let db_path = scratch.db_path();
+    let mut config = config(&server, &scratch);
+    config.sqlite.busy_timeout = Duration::from_millis(200);
+    let daemon = Daemon::start(config).await.unwrap();
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    let due = Utc::now() + chrono::Duration::seconds(6);
+    client.schedule("acme", "victim", due, None).await;
+    eventually(Duration::from_secs(10), "the timer stored", || async {
+        (client.commands_outstanding().await == 0).then_some(())
+    })
+    .await;
+
+    let other = timer_service::persistence::db::connect(&DatabaseTarget::sqlite(&db_path), 1)
+        .await
+        .unwrap();
+    other.execute_unprepared("BEGIN EXCLUSIVE").await.unwrap();
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.client.request(
+            "timer.api.cancel.acme",
+            r#"{"serviceCallId":"victim"}"#.into(),
+        ),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("a reply");
+    let code = reply
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Service-Error-Code"))
+        .map(|c| c.as_str().to_owned());
+    let body = String::from_utf8_lossy(&reply.payload).into_owned();
+    assert_eq!(code.as_deref(), Some("500"), "{body}");
+    assert!(
+        body.contains("not applied yet"),
+        "the reason is given: {body}"
+    );
+    assert!(
+        client.commands_outstanding().await >= 1,
+        "the CancelTimer waits in the broker, not acknowledged"
+    );
+
+    other.execute_unprepared("COMMIT").await.unwrap();
+    other.close().await.unwrap();
+    eventually(Duration::from_secs(10), "the cancel applied", || async {
+        let rows = rows_by_state(&DatabaseTarget::sqlite(&db_path)).await;
+        (rows.get("Cancelled").copied() == Some(1)).then_some(())
+    })
+    .await;
+    while Utc::now() < due + chrono::Duration::milliseconds(200) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client.barrier("acme").await;
+    assert!(!client.fired_ids("acme").await.contains("victim"));
+    daemon.shutdown().await.unwrap();
+}
+
 /// The directory holding the database removed while the daemon runs: what is committed into
 /// the unlinked file would vanish with it, so nothing is acknowledged until the file is back
 /// at its path (here an operator restores it from a backup taken before).
