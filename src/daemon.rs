@@ -150,6 +150,7 @@ impl Daemon {
             children.insert(
                 1,
                 ChildSpec::of::<Checkpointer>(CheckpointerArgs {
+                    registry: registry.clone(),
                     db_path: path.clone(),
                     sqlite: settings.clone(),
                 }),

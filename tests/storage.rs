@@ -116,10 +116,15 @@ async fn claim_due_claims_only_scheduled_timers_due_by_now_earliest_first() {
         .collect();
     assert_eq!(ids, ["early", "late"]);
     assert_eq!(
-        due.next_due_at, None,
-        "timers due: the caller asks again once they are out"
+        due.next_due_at,
+        Some(at(900)),
+        "fewer than asked for: nothing more is due, and the next wake-up comes along"
     );
     let first = store.claim_due(at(300), None, 1, &me).await.unwrap();
+    assert_eq!(
+        first.next_due_at, None,
+        "a full batch: the caller asks again, more may be due"
+    );
     assert_eq!(
         first.timers[0].service_call_id, "early",
         "its own claims are its to resume"
@@ -720,12 +725,9 @@ async fn the_wal_is_checkpointed_from_a_second_connection_not_by_commits() {
         autocheckpoint >= 10_000,
         "commits must not checkpoint a small WAL: {autocheckpoint}"
     );
-    let done = timer_service::persistence::db::checkpoint(
-        &checkpointer,
-        timer_service::persistence::db::CheckpointMode::Passive,
-    )
-    .await
-    .unwrap();
+    let done = timer_service::persistence::db::checkpoint(&checkpointer)
+        .await
+        .unwrap();
     assert!(done.wal_pages > 0);
     assert_eq!(
         done.checkpointed_pages, done.wal_pages,

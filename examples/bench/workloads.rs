@@ -409,11 +409,15 @@ pub async fn retention_under_load(
         observer.count(remaining).await >= finished,
         "the base holds the finished timers"
     );
+    // Watched with an index seek, not a count: counting a million rows ten times a second
+    // took a core from the daemon and held a read snapshot that kept the WAL from restarting.
+    let any_left =
+        "SELECT count(*) FROM (SELECT 1 FROM timer_schedules WHERE tenant_id = 'old' LIMIT 1)";
     let started = Instant::now();
     let watcher = world.observer().await;
     let watch = tokio::spawn(async move {
         loop {
-            if watcher.count(remaining).await == 0 {
+            if watcher.count(any_left).await == 0 {
                 break started.elapsed();
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -430,16 +434,13 @@ pub async fn retention_under_load(
     .await;
     // The rate over the steady load: all rows by the time they were gone, or what was deleted
     // by the end of the load (the daemon stops with it).
-    let (deleted, elapsed) = if watch.is_finished() {
-        (finished, watch.await.expect("watcher"))
+    let elapsed = if watch.is_finished() {
+        watch.await.expect("watcher")
     } else {
         watch.abort();
-        let elapsed = started.elapsed();
-        (
-            finished - observer.count(remaining).await.min(finished),
-            elapsed,
-        )
+        started.elapsed()
     };
+    let deleted = finished - observer.count(remaining).await.min(finished);
     RetentionRun {
         deleted_per_second: deleted as f64 / elapsed.as_secs_f64(),
         lateness,

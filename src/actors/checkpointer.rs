@@ -5,9 +5,10 @@
 //! up to a second with ten million timers stored. Here it runs on a connection of its own in
 //! `PASSIVE` mode, which never blocks the writer, so only this actor waits for the disk. Under a
 //! steady load the writer seldom finds the WAL both fully copied and unused, so it would keep
-//! growing; once it passes [`RESTART_ABOVE_PAGES`] and is fully copied, a `RESTART` checkpoint
-//! makes the next commit write it from its start again, holding the writer off only for a
-//! moment. The WAL file keeps the size it reached (about 64 MiB at most under load).
+//! growing; once it passes [`RESTART_ABOVE_PAGES`] and a pass has copied it all, Persistence is
+//! asked to copy the few frames committed since on its own connection, between two of its
+//! transactions (no lock to wait for), and its next commit writes the WAL from its start
+//! again. The WAL file keeps the size it reached (about 64 MiB under load).
 //!
 //! Like Persistence, it treats storage faults as outages: a failed checkpoint closes its
 //! connection, the next attempt (after a backoff) opens a fresh one, and it never fails the
@@ -19,16 +20,15 @@ use std::time::Duration;
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use super::registry::Registry;
 use super::supervisor::NamedActor;
 use sea_orm::{DatabaseConnection, DbErr};
 
 use crate::persistence::SqliteSettings;
-use crate::persistence::db::{
-    Checkpoint, CheckpointMode, DatabaseTarget, FileIdentity, checkpoint, connect,
-};
+use crate::persistence::db::{Checkpoint, DatabaseTarget, FileIdentity, checkpoint, connect};
 
 /// How often the WAL is checkpointed.
-pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(250);
 /// WAL size (pages of 4 KiB) above which a fully copied WAL is started again from its beginning.
 pub const RESTART_ABOVE_PAGES: i64 = 16_384;
 /// While checkpoints fail, every this many attempts is logged as a warning (the others at
@@ -45,6 +45,7 @@ impl NamedActor for Checkpointer {
 
 #[derive(Debug, Clone)]
 pub struct CheckpointerArgs {
+    pub registry: Registry,
     pub db_path: PathBuf,
     pub sqlite: SqliteSettings,
 }
@@ -181,9 +182,9 @@ async fn run_checkpoint(state: &mut CheckpointerState) -> Result<Checkpoint, DbE
     let Some((db, _)) = &state.db else {
         return Err(DbErr::Custom("no connection".into()));
     };
-    let done = checkpoint(db, CheckpointMode::Passive).await?;
+    let done = checkpoint(db).await?;
     if done.wal_pages > RESTART_ABOVE_PAGES && done.checkpointed_pages == done.wal_pages {
-        return checkpoint(db, CheckpointMode::Restart).await;
+        state.args.registry.persistence().catch_up_wal();
     }
     Ok(done)
 }

@@ -25,7 +25,7 @@ use crate::ports::Clock;
 pub const BATCH: usize = 100;
 /// Between two batches of a sweep: the writer is the Poller's and the CommandHandler's first.
 /// At most about 7,000 rows/s, well above what a service firing 1,000 timers/s leaves behind.
-pub const PAUSE: Duration = Duration::from_millis(10);
+pub const PAUSE: Duration = Duration::from_millis(40);
 /// Time between sweeps.
 pub const INTERVAL: Duration = Duration::from_secs(60);
 

@@ -105,6 +105,9 @@ pub enum PersistenceMsg {
     },
     /// Prove the database accepts writes, and record the outcome in the health.
     Probe,
+    /// Copy into the database file the few WAL frames written since the Checkpointer's last
+    /// complete checkpoint (SQLite), so that the next commit starts the WAL from its beginning.
+    CatchUpWal,
 }
 
 /// Opens the store when needed, runs one operation on it, and settles the outcome.
@@ -229,6 +232,12 @@ impl Actor for Persistence {
                 let (reply, _) = ractor::concurrency::oneshot();
                 run!(state, Op::Write, "probe", 0, reply.into(), |store| store
                     .probe(&claimant.name, Utc::now()))
+            }
+            PersistenceMsg::CatchUpWal => {
+                let (reply, _) = ractor::concurrency::oneshot();
+                run!(state, Op::Read, "catch_up_wal", 0, reply.into(), |store| {
+                    store.catch_up_wal()
+                })
             }
         }
         Ok(())
@@ -455,6 +464,14 @@ impl PersistenceClient {
             reply,
         })
         .await
+    }
+
+    /// Asks for [`PersistenceMsg::CatchUpWal`] without waiting: the outcome shows in the WAL's
+    /// size at the next checkpoint.
+    pub fn catch_up_wal(&self) {
+        if let Some(persistence) = self.registry.get::<PersistenceMsg>(Persistence::NAME) {
+            let _ = persistence.cast(PersistenceMsg::CatchUpWal);
+        }
     }
 
     pub async fn cancel(

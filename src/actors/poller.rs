@@ -12,10 +12,12 @@
 //! are kept and marked, with backoff, before anything new is read or fired: re-reading them
 //! while still `Scheduled` would publish them again.
 //!
-//! Several batches are in flight at once ([`pipeline_depth`]): while the broker acknowledges
-//! some, Persistence already claims the next (after the last timer in flight, so none is
-//! published twice), and every batch whose publish has finished is marked in one transaction.
-//! Memory stays bounded by about [`IN_FLIGHT_TIMERS`], whatever the number of pending timers.
+//! Several batches travel together: one claim takes [`claim_size`] timers (at least
+//! [`CLAIM_AT_LEAST`], whatever the batch size), which are published as batches of at most
+//! `batch_size`; while the broker acknowledges them, Persistence already claims the next (after
+//! the last timer in flight, so none is published twice), and every batch whose publish has
+//! finished is marked in one transaction. Memory stays bounded by [`window`] timers in flight,
+//! whatever the number of pending timers.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -33,16 +35,23 @@ use crate::domain::events::{due_message_id, due_time_reached};
 use crate::domain::{DuePosition, DueTimer, Subjects};
 use crate::ports::{Clock, EventBus, OutgoingEvent};
 
-/// About this many timers are in flight (claimed and being published) at once, whatever the
-/// batch size: a small `batch_size` (one claim takes at most that many) then costs no
-/// throughput, as more batches travel together.
-pub const IN_FLIGHT_TIMERS: usize = 1_000;
+/// Timers one claim takes at least. A claim costs about a millisecond whatever its size, so one
+/// claim per batch of 100 (the default `batch_size`) made claims the limit: fire at batch 100
+/// was 70% of that at 5,000.
+pub const CLAIM_AT_LEAST: usize = 5_000;
 
-/// Batches in flight at most: enough for [`IN_FLIGHT_TIMERS`], and never fewer than two, so
-/// that one is being claimed while another is published.
-pub fn pipeline_depth(batch_size: usize) -> usize {
-    (IN_FLIGHT_TIMERS / batch_size.max(1)).max(2)
+/// Timers one claim takes: whole batches, at least [`CLAIM_AT_LEAST`].
+pub fn claim_size(batch_size: usize) -> usize {
+    let batch_size = batch_size.max(1);
+    CLAIM_AT_LEAST.div_ceil(batch_size) * batch_size
 }
+
+/// Timers in flight (claimed, not yet marked) at most: two claims, so that one is claimed while
+/// the other is published.
+pub fn window(batch_size: usize) -> usize {
+    2 * claim_size(batch_size)
+}
+
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
 /// How long a graceful stop waits for the batches in flight to be acknowledged and marked.
@@ -75,8 +84,16 @@ pub struct PollerState {
     wake: Option<(DateTime<Utc>, WakeTask)>,
     /// Publishing batches, oldest first: each yields its outcome when the broker has answered.
     in_flight: VecDeque<OneshotReceiver<Published>>,
+    /// Timers in the batches of `in_flight`, how many in each, oldest first.
+    in_flight_sizes: VecDeque<usize>,
     /// The last timer handed to the bus; while batches are in flight, reading resumes after it.
     cursor: Option<DuePosition>,
+    /// The last claim came back full: more may be due now, so claim again as batches settle.
+    /// Otherwise the planned wake-up is the next time to claim.
+    more_due: bool,
+    /// A timer due before the cursor was stored while batches were in flight (a claim after
+    /// the cursor cannot see it): claim from the start once they are settled.
+    recheck: bool,
     /// Published and acknowledged, not yet marked `Reached` because the mark failed.
     unmarked: Vec<Published>,
     /// Consecutive failed rounds, for the retry backoff.
@@ -124,7 +141,10 @@ impl Actor for Poller {
             tick: None,
             wake: None,
             in_flight: VecDeque::new(),
+            in_flight_sizes: VecDeque::new(),
             cursor: None,
+            more_due: false,
+            recheck: false,
             unmarked: Vec::new(),
             failed_rounds: 0,
             backoff_until: None,
@@ -156,6 +176,7 @@ impl Actor for Poller {
             wake.abort();
         }
         while let Some(batch) = state.in_flight.pop_front() {
+            state.in_flight_sizes.pop_front();
             match tokio::time::timeout(STOP_GRACE, batch).await {
                 Ok(Ok(published)) => settle(&myself, state, vec![published]).await,
                 _ => tracing::warn!(
@@ -188,11 +209,13 @@ impl Actor for Poller {
                     match batch.try_recv() {
                         Ok(published) => {
                             state.in_flight.pop_front();
+                            state.in_flight_sizes.pop_front();
                             settled.push(published);
                         }
                         Err(TryRecvError::Empty) => break,
                         Err(TryRecvError::Closed) => {
                             state.in_flight.pop_front();
+                            state.in_flight_sizes.pop_front();
                             tracing::error!(
                                 actor = "poller",
                                 "a publishing task ended without an outcome"
@@ -205,9 +228,19 @@ impl Actor for Poller {
                 if state.in_flight.is_empty() {
                     state.cursor = None;
                 }
-                fill(&myself, state).await;
+                let recheck = state.in_flight.is_empty() && std::mem::take(&mut state.recheck);
+                if state.more_due || recheck {
+                    fill(&myself, state).await;
+                }
             }
             PollerMsg::WakeAt(at) => {
+                if state
+                    .cursor
+                    .as_ref()
+                    .is_some_and(|cursor| at <= cursor.due_at)
+                {
+                    state.recheck = true;
+                }
                 if state.wake.as_ref().is_none_or(|(planned, _)| at < *planned) {
                     wake_at(&myself, state, at);
                 }
@@ -243,11 +276,13 @@ fn wake_in(myself: &ActorRef<PollerMsg>, state: &mut PollerState, delay: Duratio
     wake_at(myself, state, at);
 }
 
-/// Starts publishing due batches until the pipeline is full or nothing more is due, then
-/// arranges the wake-up for the next `dueAt`.
+/// Claims due timers and starts publishing them, batch by batch, until the window is full or
+/// nothing more is due, then arranges the wake-up for the next `dueAt`.
 async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     let persistence = state.args.registry.persistence();
-    while state.in_flight.len() < pipeline_depth(state.args.batch_size) {
+    let batch_size = state.args.batch_size.max(1);
+    let claim = claim_size(batch_size);
+    while state.in_flight_sizes.iter().sum::<usize>() + claim <= window(batch_size) {
         if let Some(until) = state.backoff_until {
             let now = tokio::time::Instant::now();
             if now < until {
@@ -275,33 +310,28 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
         } else {
             state.cursor.clone()
         };
-        let batch = match persistence
-            .claim_due(now, after, state.args.batch_size)
-            .await
-        {
+        let batch = match persistence.claim_due(now, after, claim).await {
             Ok(batch) => batch,
             Err(e) => {
                 tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
                 return retry_later(myself, state);
             }
         };
-        let full = batch.timers.len() >= state.args.batch_size;
+        let full = batch.timers.len() >= claim;
+        state.more_due = full;
         if let Some(last) = batch.timers.last() {
             state.cursor = Some(last.position());
-            state.in_flight.push_back(spawn_publish(
-                myself,
-                &state.args,
-                batch.timers,
-                now,
-                started,
-            ));
+        }
+        let mut timers = batch.timers.into_iter().peekable();
+        while timers.peek().is_some() {
+            let publish: Vec<DueTimer> = timers.by_ref().take(batch_size).collect();
+            state.in_flight_sizes.push_back(publish.len());
+            state
+                .in_flight
+                .push_back(spawn_publish(myself, &state.args, publish, now, started));
         }
         if !full {
-            if !state.in_flight.is_empty() && batch.next_due_at.is_none() {
-                // Nothing more is due now; once the batches in flight are settled, the next
-                // read finds nothing due and brings the next wake-up time.
-                return;
-            }
+            // Nothing more is due now: sleep until the next timer is.
             match batch.next_due_at {
                 Some(at) => wake_at(myself, state, at),
                 None => {

@@ -105,28 +105,10 @@ pub struct Checkpoint {
     pub checkpointed_pages: i64,
 }
 
-/// How a checkpoint treats the writer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckpointMode {
-    /// Copies what it can without waiting for, or blocking, readers and the writer.
-    Passive,
-    /// Copies everything and waits until no reader needs the WAL, so that the next commit
-    /// writes it again from its start (the file keeps its size); waits for the writer's current
-    /// transaction and holds off the next one meanwhile. Cheap once a passive checkpoint has
-    /// copied it all: unlike `TRUNCATE`, it frees no blocks (truncating a 256 MB WAL held the
-    /// writer for 240 ms).
-    Restart,
-}
-
-/// Checkpoints the WAL of `db`'s file.
-pub async fn checkpoint(
-    db: &DatabaseConnection,
-    mode: CheckpointMode,
-) -> Result<Checkpoint, DbErr> {
-    let pragma = match mode {
-        CheckpointMode::Passive => "PRAGMA wal_checkpoint(PASSIVE)",
-        CheckpointMode::Restart => "PRAGMA wal_checkpoint(RESTART)",
-    };
+/// Checkpoints the WAL of `db`'s file in `PASSIVE` mode: copies what it can without waiting
+/// for, or blocking, readers and the writer.
+pub async fn checkpoint(db: &DatabaseConnection) -> Result<Checkpoint, DbErr> {
+    let pragma = "PRAGMA wal_checkpoint(PASSIVE)";
     // All rows, so the statement runs to completion and holds no read snapshot afterwards: a
     // lingering snapshot would keep the writer from restarting the WAL, which then only grows.
     let rows = db

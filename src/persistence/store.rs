@@ -11,6 +11,7 @@
 //! of `EXPLAIN`. Claims lock with `FOR UPDATE SKIP LOCKED` on PostgreSQL, where several
 //! daemons share the table; SQLite has one writer and needs no lock.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use sea_orm::{
 };
 
 use super::daemons;
-use super::db::{DatabaseTarget, FileIdentity, Synchronous, connect, free_bytes};
+use super::db::{DatabaseTarget, FileIdentity, Synchronous, checkpoint, connect, free_bytes};
 use super::entity::{self, Column, Entity};
 use crate::domain::api::{ListCursor, ListFilter, ListPage, TenantStats};
 use crate::domain::timer::rounds;
@@ -81,8 +82,8 @@ pub struct DueBatch {
     /// Due timers in firing order, at most the limit asked for, each now claimed.
     pub timers: Vec<DueTimer>,
     /// When to look again: the earliest `dueAt` still pending after `now`, or the lapse of
-    /// another daemon's claim on a due timer if sooner. Only looked up when nothing is due, so
-    /// the look-up never delays a publish (the caller asks again once its batch is out).
+    /// another daemon's claim on a due timer if sooner. Looked up when the batch is not full
+    /// (nothing more is due now), so that the caller need not ask again to learn it.
     pub next_due_at: Option<DateTime<Utc>>,
 }
 
@@ -175,9 +176,15 @@ impl Store {
         if commands.is_empty() {
             return Ok(0);
         }
+        let rounds = rounds(commands.to_vec());
         self.durable(async {
+            if self.file.is_some() && rounds.len() == 1 && rounds[0].len() <= ROWS_PER_STATEMENT {
+                // One statement is a transaction of its own on SQLite: no BEGIN and COMMIT
+                // round trips for the few commands of a commit at a steady rate.
+                return Ok(apply_in(&self.db, rounds).await?);
+            }
             let txn = self.db.begin().await?;
-            let written = apply_in(&txn, commands.to_vec()).await?;
+            let written = apply_in(&txn, rounds).await?;
             txn.commit().await?;
             Ok(written)
         })
@@ -196,7 +203,7 @@ impl Store {
                 let txn = self.db.begin().await?;
                 // Locks the row on backends that can, so the outcome read is the cancel's own.
                 find_one(&txn, &command.tenant_id, &command.service_call_id, true).await?;
-                apply_in(&txn, vec![command.clone()]).await?;
+                apply_in(&txn, rounds(vec![command.clone()])).await?;
                 let after = find_one(&txn, &command.tenant_id, &command.service_call_id, false)
                     .await?
                     .map(from_model)
@@ -210,7 +217,7 @@ impl Store {
 
     /// Claims up to `limit` `Scheduled` timers with `due_at <= now` in firing order — starting
     /// after `after` when given (the last timer the caller has in flight) and skipping those
-    /// another daemon holds a live claim on — and, when none is due, finds the next `dueAt` to
+    /// another daemon holds a live claim on — and, when no more are due, finds the next `dueAt` to
     /// wake up for. The claim is what "picked for firing" means: committed, so a cancel arriving
     /// after it comes too late, and with several daemons no two publish the same timer.
     pub async fn claim_due(
@@ -259,9 +266,15 @@ impl Store {
             .map(due_from_model)
             .collect::<Result<Vec<_>, _>>()?;
         timers.sort_by_key(|t| t.position());
-        let next_due_at = if timers.is_empty() {
+        let next_due_at = if timers.len() < limit {
             let next_due = self.next_due_after(now).await?;
-            let next_lapse = self.next_claim_lapse(now, &claimant.name).await?;
+            // One daemon per SQLite file: no other daemon's claim to wait for, and its own
+            // claims from before a restart are its to resume (`claimed_by` is its name).
+            let next_lapse = if self.file.is_some() {
+                None
+            } else {
+                self.next_claim_lapse(now, &claimant.name).await?
+            };
             next_due.into_iter().chain(next_lapse).min()
         } else {
             None
@@ -295,8 +308,9 @@ impl Store {
         parse_optional_time("claim_until", earliest.flatten())
     }
 
-    /// Marks published batches `Reached`, each at its own `reached_at`, in one transaction
-    /// (a statement per batch). A row whose `due_at` changed since it was claimed (rescheduled
+    /// Marks published batches `Reached`, each at its own `reached_at`, in one transaction:
+    /// one statement per `reached_at` (the batches of one claim share it), so that many small
+    /// batches cost no more than one large one. A row whose `due_at` changed since it was claimed (rescheduled
     /// while its event was in flight) is left `Scheduled`, so the new `dueAt` still fires.
     /// Returns the number of rows marked.
     pub async fn mark_reached(
@@ -310,13 +324,29 @@ impl Store {
         // contract allows duplicates, and the broker drops one inside its window), so this
         // commit does not wait for an fsync. The next command batch, committed with the
         // configured level, makes it durable too.
+        let mut by_instant: BTreeMap<DateTime<Utc>, Vec<&DueTimer>> = BTreeMap::new();
+        for (fired, reached_at) in batches {
+            by_instant
+                .entry(*reached_at)
+                .or_default()
+                .extend(fired.iter());
+        }
+        // One statement is a transaction of its own on SQLite: no BEGIN and COMMIT round trips.
+        let one_statement = self.file.is_some()
+            && by_instant.len() == 1
+            && by_instant
+                .values()
+                .all(|fired| fired.len() <= ROWS_PER_STATEMENT);
         self.relaxed(async {
-            let txn = self.begin_relaxed().await?;
+            let txn = if one_statement {
+                None
+            } else {
+                Some(self.begin_relaxed().await?)
+            };
             let mut marked = 0;
-            for (fired, reached_at) in batches {
-                let reached_text = format_utc(*reached_at);
+            for (reached_at, mut fired) in by_instant {
+                let reached_text = format_utc(reached_at);
                 // Key order, as for commands: no deadlock with another daemon writing these.
-                let mut fired: Vec<&DueTimer> = fired.iter().collect();
                 fired.sort_by(|a, b| {
                     (&a.tenant_id, &a.service_call_id).cmp(&(&b.tenant_id, &b.service_call_id))
                 });
@@ -328,7 +358,7 @@ impl Store {
                             format_utc(t.due_at),
                         )
                     });
-                    let result = Entity::update_many()
+                    let mark = Entity::update_many()
                         .col_expr(Column::State, Expr::value(TimerState::Reached.as_str()))
                         .col_expr(Column::ReachedAt, Expr::value(reached_text.as_str()))
                         .col_expr(Column::ClaimedBy, Expr::value(Option::<String>::None))
@@ -341,13 +371,17 @@ impl Store {
                                 Expr::col(Column::DueAt),
                             ])
                             .in_tuples(keys),
-                        )
-                        .exec(&txn)
-                        .await?;
+                        );
+                    let result = match &txn {
+                        Some(txn) => mark.exec(txn).await?,
+                        None => mark.exec(&self.db).await?,
+                    };
                     marked += result.rows_affected;
                 }
             }
-            txn.commit().await?;
+            if let Some(txn) = txn {
+                txn.commit().await?;
+            }
             Ok(marked)
         })
         .await
@@ -505,6 +539,18 @@ impl Store {
             overdue,
             next_due_at: parse_optional_time("due_at", next.flatten())?,
         })
+    }
+
+    /// On the writer's connection, a passive checkpoint of what the Checkpointer left: only the
+    /// frames committed since its last complete pass, so it is short, and it waits for nobody.
+    /// With the WAL then fully copied, SQLite's next commit writes it again from its start;
+    /// done from the Checkpointer's connection (a `RESTART`), the same step took the writer's
+    /// lock and the writer slept in its busy handler for up to 300 ms. Nothing on PostgreSQL.
+    pub async fn catch_up_wal(&self) -> Result<(), StoreError> {
+        if self.file.is_some() {
+            checkpoint(&self.db).await?;
+        }
+        Ok(())
     }
 
     /// Proves the database accepts this daemon's writes: the file is still the one opened, its
@@ -694,8 +740,9 @@ impl Store {
     }
 }
 
-/// Applies commands inside `txn`, one multi-row statement per round (at most one command per
-/// key in a round, rounds in stream order).
+/// Applies commands in their rounds (see [`rounds`]: at most one command per key in a round,
+/// rounds in stream order), one multi-row statement per round, inside a transaction or, when
+/// that is one statement, on its own.
 ///
 /// The conflict clause is the rules table of CONTRACT.md §3 in SQL, for a stored row `t` and an
 /// incoming command `excluded`:
@@ -704,9 +751,9 @@ impl Store {
 /// - otherwise the state is the command's, the sequence is remembered, a schedule brings its
 ///   `dueAt` and correlation id and releases any claim, a cancel keeps the timer's own `dueAt`
 ///   and correlation id and the time of the first cancel.
-async fn apply_in(txn: &DatabaseTransaction, commands: Vec<Command>) -> Result<u64, DbErr> {
+async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Result<u64, DbErr> {
     let mut written = 0;
-    for mut round in rounds(commands) {
+    for mut round in rounds {
         // In key order: daemons writing the same rows at once then lock them in the same order
         // and cannot deadlock (a round holds one command per key, so its order means nothing).
         round.sort_by(|a, b| {
@@ -763,7 +810,7 @@ async fn apply_in(txn: &DatabaseTransaction, commands: Vec<Command>) -> Result<u
                 .to_owned();
             written += Entity::insert_many(chunk.iter().map(to_active_model))
                 .on_conflict(on_conflict)
-                .exec_without_returning(txn)
+                .exec_without_returning(db)
                 .await?;
         }
     }

@@ -50,7 +50,7 @@ pub trait CommandSource: Send + 'static {
 
     /// Takes every command already requested from the broker and not yet returned, so a
     /// graceful stop leaves none of them waiting for a redelivery timeout.
-    async fn drain(&mut self, max: usize) -> Result<Vec<InboundCommand>, BusError>;
+    async fn drain(&mut self) -> Result<Vec<InboundCommand>, BusError>;
 }
 
 /// Makes a fresh source each time a CommandHandler (re)starts.
