@@ -225,7 +225,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
         let _ = writeln!(r, "\n## Ingest and fire by batch size (SQLite)\n");
         let _ = writeln!(
             r,
-            "{} commands queued, then the daemon started; {} timers due at one instant. `batch_size` bounds one pull and one claim.\n",
+            "{} commands queued, then the daemon started; {} timers due at one instant. `batch_size` bounds the commands validated and the timers published together; one pull request and one claim carry several batches.\n",
             args.ingest_n, args.fire_n
         );
         let _ = writeln!(
