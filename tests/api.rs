@@ -14,29 +14,8 @@ use serde_json::{Value, json};
 use timer_service::actors::{ApiResponder, NamedActor};
 use timer_service::domain::TimerState;
 
-/// A raw request on `subject`: the error code header (if any) and the JSON body.
-async fn request(client: &TestClient, subject: &str, body: Value) -> (Option<u16>, Value) {
-    let reply = tokio::time::timeout(
-        Duration::from_secs(10),
-        client.client.request(
-            subject.to_owned(),
-            serde_json::to_vec(&body).unwrap().into(),
-        ),
-    )
-    .await
-    .expect("an answer in time")
-    .expect("a reply");
-    let code = reply
-        .headers
-        .as_ref()
-        .and_then(|h| h.get("Nats-Service-Error-Code"))
-        .map(|c| c.as_str().parse().unwrap());
-    let body = serde_json::from_slice(&reply.payload).expect("a JSON body");
-    (code, body)
-}
-
 async fn ok(client: &TestClient, subject: &str, body: Value) -> Value {
-    match request(client, subject, body).await {
+    match client.api_request(subject, body).await {
         (None, body) => body,
         (Some(code), body) => panic!("{subject}: error {code}: {body}"),
     }
@@ -98,12 +77,12 @@ async fn every_request_is_scoped_by_the_tenant_of_its_subject() {
     assert_eq!(globex["timer"]["correlationId"], "trace-g");
 
     // Another tenant's key is simply not there.
-    let (code, body) = request(
-        &client,
-        "timer.api.get.globex",
-        json!({"serviceCallId": "only-acme"}),
-    )
-    .await;
+    let (code, body) = client
+        .api_request(
+            "timer.api.get.globex",
+            json!({"serviceCallId": "only-acme"}),
+        )
+        .await;
     assert_eq!(code, Some(404));
     assert!(
         body["error"].as_str().unwrap().contains("only-acme"),
@@ -111,12 +90,12 @@ async fn every_request_is_scoped_by_the_tenant_of_its_subject() {
     );
     let listed = ok(&client, "timer.api.list.globex", json!({})).await;
     assert_eq!(listed["timers"].as_array().unwrap().len(), 1);
-    let (code, _) = request(
-        &client,
-        "timer.api.cancel.globex",
-        json!({"serviceCallId": "only-acme"}),
-    )
-    .await;
+    let (code, _) = client
+        .api_request(
+            "timer.api.cancel.globex",
+            json!({"serviceCallId": "only-acme"}),
+        )
+        .await;
     assert_eq!(
         code, None,
         "a cancel for globex's key only ever touches globex"

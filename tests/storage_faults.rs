@@ -248,9 +248,24 @@ async fn client_sentinels(client: &TestClient) -> Vec<String> {
         .collect()
 }
 
+/// Another process's connection takes the write lock of the file and keeps it.
+async fn hold_write_lock(db_path: &std::path::Path) -> sea_orm::DatabaseConnection {
+    use sea_orm::ConnectionTrait;
+    let other = timer_service::persistence::db::connect(&DatabaseTarget::sqlite(db_path), 1)
+        .await
+        .unwrap();
+    other.execute_unprepared("BEGIN EXCLUSIVE").await.unwrap();
+    other
+}
+
+async fn release_write_lock(other: sea_orm::DatabaseConnection) {
+    use sea_orm::ConnectionTrait;
+    other.execute_unprepared("COMMIT").await.unwrap();
+    other.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
-    use sea_orm::ConnectionTrait;
     let server = NatsServer::start();
     let scratch = Scratch::new();
     if !scratch.sqlite_only("storage faults") {
@@ -265,11 +280,7 @@ async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
     client.wait_for_command_stream().await;
     let actors_before = actor_ids(&daemon);
 
-    // Another process's connection takes the write lock and keeps it.
-    let other = timer_service::persistence::db::connect(&DatabaseTarget::sqlite(&db_path), 1)
-        .await
-        .unwrap();
-    other.execute_unprepared("BEGIN EXCLUSIVE").await.unwrap();
+    let other = hold_write_lock(&db_path).await;
     let ids = ids("locked", 2_000);
     client.schedule_many("acme", &ids, Utc::now()).await;
     let cause = await_storage_fault(&daemon).await;
@@ -280,8 +291,7 @@ async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
         "no command acknowledged while the lock is held"
     );
 
-    other.execute_unprepared("COMMIT").await.unwrap();
-    other.close().await.unwrap();
+    release_write_lock(other).await;
     assert_recovered(&daemon, &client, &db_path, &ids, &actors_before).await;
     daemon.shutdown().await.unwrap();
 }
@@ -291,7 +301,6 @@ async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
 /// goes, the CommandHandler applies it from the stream and the timer never fires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_cancel_during_a_storage_fault_answers_500_and_is_applied_afterwards() {
-    use sea_orm::ConnectionTrait;
     let server = NatsServer::start();
     let scratch = Scratch::new();
     if !scratch.sqlite_only("storage faults") {
@@ -310,29 +319,16 @@ async fn an_api_cancel_during_a_storage_fault_answers_500_and_is_applied_afterwa
     })
     .await;
 
-    let other = timer_service::persistence::db::connect(&DatabaseTarget::sqlite(&db_path), 1)
-        .await
-        .unwrap();
-    other.execute_unprepared("BEGIN EXCLUSIVE").await.unwrap();
-    let reply = tokio::time::timeout(
-        Duration::from_secs(10),
-        client.client.request(
+    let other = hold_write_lock(&db_path).await;
+    let (code, body) = client
+        .api_request(
             "timer.api.cancel.acme",
-            r#"{"serviceCallId":"victim"}"#.into(),
-        ),
-    )
-    .await
-    .expect("an answer in time")
-    .expect("a reply");
-    let code = reply
-        .headers
-        .as_ref()
-        .and_then(|h| h.get("Nats-Service-Error-Code"))
-        .map(|c| c.as_str().to_owned());
-    let body = String::from_utf8_lossy(&reply.payload).into_owned();
-    assert_eq!(code.as_deref(), Some("500"), "{body}");
+            serde_json::json!({"serviceCallId": "victim"}),
+        )
+        .await;
+    assert_eq!(code, Some(500), "{body}");
     assert!(
-        body.contains("not applied yet"),
+        body.to_string().contains("not applied yet"),
         "the reason is given: {body}"
     );
     assert!(
@@ -340,8 +336,7 @@ async fn an_api_cancel_during_a_storage_fault_answers_500_and_is_applied_afterwa
         "the CancelTimer waits in the broker, not acknowledged"
     );
 
-    other.execute_unprepared("COMMIT").await.unwrap();
-    other.close().await.unwrap();
+    release_write_lock(other).await;
     eventually(Duration::from_secs(10), "the cancel applied", || async {
         let rows = rows_by_state(&DatabaseTarget::sqlite(&db_path)).await;
         (rows.get("Cancelled").copied() == Some(1)).then_some(())

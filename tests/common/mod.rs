@@ -508,6 +508,27 @@ impl TestClient {
         let info = consumer.info().await.expect("consumer info");
         info.num_pending + info.num_ack_pending as u64
     }
+
+    /// A raw API request on `subject`: the error code header (if any) and the JSON body.
+    pub async fn api_request(&self, subject: &str, body: Value) -> (Option<u16>, Value) {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.client.request(
+                subject.to_owned(),
+                serde_json::to_vec(&body).unwrap().into(),
+            ),
+        )
+        .await
+        .expect("an answer in time")
+        .expect("a reply");
+        let code = reply
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Service-Error-Code"))
+            .map(|c| c.as_str().parse().unwrap());
+        let body = serde_json::from_slice(&reply.payload).expect("a JSON body");
+        (code, body)
+    }
 }
 
 /// Waits until the stored timer `tenant`/`id` is in `state` (its event can reach a subscriber
