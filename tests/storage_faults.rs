@@ -108,11 +108,9 @@ async fn a_full_disk_is_waited_out_and_nothing_acknowledged_is_lost() {
     let Some(disk) = SmallDisk::mount(64 << 20) else {
         return;
     };
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    if !scratch.sqlite_only("storage faults") {
+    let Some((server, scratch)) = sqlite_world() else {
         return;
-    }
+    };
     let db_path = disk.path().join("timers.db");
     let daemon = daemon_on(&server, &scratch, db_path.clone()).await;
     let client = TestClient::connect(&server).await;
@@ -168,11 +166,9 @@ impl Drop for Immutable {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_file_made_read_only_is_waited_out() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    if !scratch.sqlite_only("storage faults") {
+    let Some((server, scratch)) = sqlite_world() else {
         return;
-    }
+    };
     let db_path = scratch.db_path();
     let daemon = daemon_on(&server, &scratch, db_path.clone()).await;
     let client = TestClient::connect(&server).await;
@@ -205,11 +201,9 @@ async fn a_database_file_made_read_only_is_waited_out() {
 /// while running, and a fresh connection (here: Persistence restarted) opens them as they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_directory_made_read_only_does_not_stop_firing() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    if !scratch.sqlite_only("storage faults") {
+    let Some((server, scratch)) = sqlite_world() else {
         return;
-    }
+    };
     let dir = scratch.dir.path().join("data");
     std::fs::create_dir(&dir).unwrap();
     let db_path = dir.join("timers.db");
@@ -248,6 +242,15 @@ async fn client_sentinels(client: &TestClient) -> Vec<String> {
         .collect()
 }
 
+/// A broker and a scratch directory for one test; `None` (the test is skipped) when the suite
+/// runs on PostgreSQL, where these SQLite file faults do not exist.
+fn sqlite_world() -> Option<(NatsServer, Scratch)> {
+    let scratch = Scratch::new();
+    scratch
+        .sqlite_only("storage faults")
+        .then(|| (NatsServer::start(), scratch))
+}
+
 /// Another process's connection takes the write lock of the file and keeps it.
 async fn hold_write_lock(db_path: &std::path::Path) -> sea_orm::DatabaseConnection {
     use sea_orm::ConnectionTrait;
@@ -266,11 +269,9 @@ async fn release_write_lock(other: sea_orm::DatabaseConnection) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    if !scratch.sqlite_only("storage faults") {
+    let Some((server, scratch)) = sqlite_world() else {
         return;
-    }
+    };
     let db_path = scratch.db_path();
     let mut config = config(&server, &scratch);
     config.sqlite.busy_timeout = Duration::from_millis(200);
@@ -301,11 +302,9 @@ async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
 /// goes, the CommandHandler applies it from the stream and the timer never fires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_cancel_during_a_storage_fault_answers_500_and_is_applied_afterwards() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    if !scratch.sqlite_only("storage faults") {
+    let Some((server, scratch)) = sqlite_world() else {
         return;
-    }
+    };
     let db_path = scratch.db_path();
     let mut config = config(&server, &scratch);
     config.sqlite.busy_timeout = Duration::from_millis(200);
@@ -355,11 +354,9 @@ async fn an_api_cancel_during_a_storage_fault_answers_500_and_is_applied_afterwa
 /// at its path (here an operator restores it from a backup taken before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_directory_removed_then_restored_loses_nothing_acknowledged() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    if !scratch.sqlite_only("storage faults") {
+    let Some((server, scratch)) = sqlite_world() else {
         return;
-    }
+    };
     let (dir, db_path, daemon, client, before) = daemon_in_directory(&server, &scratch).await;
     let backup = scratch.dir.path().join("backup.db");
     backup_to(&db_path, &backup).await;
@@ -387,11 +384,9 @@ async fn the_database_directory_removed_then_restored_loses_nothing_acknowledged
 /// the daemon notices the path names another file and carries on with that one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_directory_replaced_is_followed_to_the_new_file() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    if !scratch.sqlite_only("storage faults") {
+    let Some((server, scratch)) = sqlite_world() else {
         return;
-    }
+    };
     let (dir, db_path, daemon, client, before) = daemon_in_directory(&server, &scratch).await;
     let copy = scratch.dir.path().join("copy.db");
     backup_to(&db_path, &copy).await;

@@ -83,9 +83,8 @@ pub struct PollerState {
     /// The pending wake-up: when, and the timer task that will deliver it.
     wake: Option<(DateTime<Utc>, WakeTask)>,
     /// Publishing batches, oldest first: each yields its outcome when the broker has answered.
-    in_flight: VecDeque<OneshotReceiver<Published>>,
-    /// Timers in the batches of `in_flight`, how many in each, oldest first.
-    in_flight_sizes: VecDeque<usize>,
+    /// Each with its number of timers.
+    in_flight: VecDeque<(usize, OneshotReceiver<Published>)>,
     /// The last timer handed to the bus; while batches are in flight, reading resumes after it.
     cursor: Option<DuePosition>,
     /// The last claim came back full: more may be due now, so claim again as batches settle.
@@ -141,7 +140,6 @@ impl Actor for Poller {
             tick: None,
             wake: None,
             in_flight: VecDeque::new(),
-            in_flight_sizes: VecDeque::new(),
             cursor: None,
             more_due: false,
             recheck: false,
@@ -175,8 +173,7 @@ impl Actor for Poller {
         if let Some((_, wake)) = state.wake.take() {
             wake.abort();
         }
-        while let Some(batch) = state.in_flight.pop_front() {
-            state.in_flight_sizes.pop_front();
+        while let Some((_, batch)) = state.in_flight.pop_front() {
             match tokio::time::timeout(STOP_GRACE, batch).await {
                 Ok(Ok(published)) => settle(&myself, state, vec![published]).await,
                 _ => tracing::warn!(
@@ -205,17 +202,15 @@ impl Actor for Poller {
             PollerMsg::BatchPublished => {
                 // Settle, oldest first, every batch whose outcome is in: one mark for them all.
                 let mut settled = Vec::new();
-                while let Some(batch) = state.in_flight.front_mut() {
+                while let Some((_, batch)) = state.in_flight.front_mut() {
                     match batch.try_recv() {
                         Ok(published) => {
                             state.in_flight.pop_front();
-                            state.in_flight_sizes.pop_front();
                             settled.push(published);
                         }
                         Err(TryRecvError::Empty) => break,
                         Err(TryRecvError::Closed) => {
                             state.in_flight.pop_front();
-                            state.in_flight_sizes.pop_front();
                             tracing::error!(
                                 actor = "poller",
                                 "a publishing task ended without an outcome"
@@ -282,7 +277,7 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     let persistence = state.args.registry.persistence();
     let batch_size = state.args.batch_size.max(1);
     let claim = claim_size(batch_size);
-    while state.in_flight_sizes.iter().sum::<usize>() + claim <= window(batch_size) {
+    while state.in_flight.iter().map(|(n, _)| n).sum::<usize>() + claim <= window(batch_size) {
         if let Some(until) = state.backoff_until {
             let now = tokio::time::Instant::now();
             if now < until {
@@ -325,10 +320,9 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
         let mut timers = batch.timers.into_iter().peekable();
         while timers.peek().is_some() {
             let publish: Vec<DueTimer> = timers.by_ref().take(batch_size).collect();
-            state.in_flight_sizes.push_back(publish.len());
-            state
-                .in_flight
-                .push_back(spawn_publish(myself, &state.args, publish, now, started));
+            let size = publish.len();
+            let outcome = spawn_publish(myself, &state.args, publish, now, started);
+            state.in_flight.push_back((size, outcome));
         }
         if !full {
             // Nothing more is due now: sleep until the next timer is.
