@@ -81,6 +81,11 @@ impl Daemon {
                 path: database.describe(),
                 source,
             })?;
+        // Without `/metrics` nobody reads them: no recorder, and recording costs nothing. With
+        // it, the recorder comes first: a gauge set before it (the broker connected) is lost.
+        let metrics = config
+            .http_listen()
+            .map(|listen| (listen, crate::telemetry::install(&config.name)));
         let health = Health::new();
         let client = nats::connect(
             &config.broker_url,
@@ -156,9 +161,7 @@ impl Daemon {
                 }),
             );
         }
-        if let Some(listen) = config.http_listen() {
-            // Without `/metrics` nobody reads them: no recorder, and recording costs nothing.
-            let metrics = crate::telemetry::install(&config.name);
+        if let Some((listen, metrics)) = metrics {
             children.push(ChildSpec::of::<Http>(HttpArgs {
                 listen,
                 metrics,

@@ -283,11 +283,21 @@ impl TestClient {
     }
 
     /// Waits until the daemon has created the command stream (so publishes are stored).
+    /// Waits for the command stream and the daemon's consumer on it (created together).
     pub async fn wait_for_command_stream(&self) {
         eventually(
             Duration::from_secs(15),
-            "the TIMER_COMMANDS stream",
-            || async { self.js.get_stream("TIMER_COMMANDS").await.ok().map(|_| ()) },
+            "the TIMER_COMMANDS stream and its consumer",
+            || async {
+                self.js
+                    .get_consumer_from_stream::<consumer::pull::Config, _, _>(
+                        "timer-service",
+                        "TIMER_COMMANDS",
+                    )
+                    .await
+                    .ok()
+                    .map(|_| ())
+            },
         )
         .await
     }
