@@ -221,11 +221,15 @@ async fn main() {
         let reached = month_ago.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
         Some(
             sqlite
-                .base(&cache, &format!("finished_{n}"), |observer| async move {
-                    observer
-                        .prefill(n, "old", month_ago, 0, Some(&reached))
-                        .await;
-                })
+                .base(
+                    &cache,
+                    &format!("finished_random_keys_{n}"),
+                    |observer| async move {
+                        observer
+                            .prefill(n, "old", month_ago, 0, Some(&reached))
+                            .await;
+                    },
+                )
                 .await,
         )
     } else {

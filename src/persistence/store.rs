@@ -558,7 +558,13 @@ impl Store {
     /// lock and the writer slept in its busy handler for up to 300 ms. Nothing on PostgreSQL.
     pub async fn catch_up_wal(&self) -> Result<(), StoreError> {
         if self.file.is_some() {
-            checkpoint(&self.db).await?;
+            let done = checkpoint(&self.db).await?;
+            tracing::debug!(
+                actor = "persistence",
+                wal_pages = done.wal_pages,
+                checkpointed_pages = done.checkpointed_pages,
+                "WAL caught up"
+            );
         }
         Ok(())
     }
