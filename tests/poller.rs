@@ -1,40 +1,31 @@
 //! The Poller on its own, with the in-memory EventBus and a manual clock: it never publishes
 //! before `dueAt` by the clock, marks `Reached` only what the bus acknowledged, and retries what
-//! the bus refused. (The contract-level firing tests run against real NATS in `firing.rs`.)
+//! the bus refused, and a timer stored due before its cursor while batches are in flight is
+//! fired once they settle. (The contract-level firing tests run against real NATS in
+//! `firing.rs`.)
 
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use common::eventually;
-use ractor::Actor;
+use ractor::{Actor, ActorRef};
 use timer_service::actors::Registry;
-use timer_service::actors::persistence::PersistenceArgs;
+use timer_service::actors::persistence::{PersistenceArgs, PersistenceMsg};
 use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg};
 use timer_service::actors::{NamedActor, Persistence};
 use timer_service::domain::{Subjects, TimerState};
 use timer_service::persistence::db::migrate;
-use timer_service::ports::{InMemoryEventBus, ManualClock};
+use timer_service::ports::{BusError, EventBus, InMemoryEventBus, ManualClock, OutgoingEvent};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     let scratch = common::Scratch::new();
-    migrate(&scratch.database()).await.unwrap();
     let registry = Registry::new("poller-test");
-    let (persistence_ref, _) = Actor::spawn(
-        Some(registry.name(Persistence::NAME)),
-        Persistence,
-        PersistenceArgs {
-            database: scratch.database(),
-            health: Default::default(),
-            claimant: common::claimant(),
-        },
-    )
-    .await
-    .unwrap();
-
+    let persistence_ref = start_persistence(&scratch, &registry).await;
     let t0 = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
     let clock = Arc::new(ManualClock::new(t0));
     let bus = Arc::new(InMemoryEventBus::new());
@@ -47,20 +38,7 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
         .await
         .unwrap();
 
-    let (poller, _) = Actor::spawn(
-        None,
-        Poller,
-        PollerArgs {
-            registry: registry.clone(),
-            bus: bus.clone(),
-            clock: clock.clone(),
-            subjects: Subjects::default(),
-            batch_size: 100,
-            polling_interval: Duration::from_secs(3600),
-        },
-    )
-    .await
-    .unwrap();
+    let poller = start_poller(&registry, bus.clone(), clock.clone()).await;
 
     // On start it fires what is due by the clock, and only that.
     eventually(
@@ -115,6 +93,149 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     assert_eq!(bus.published().len(), 2);
     poller.stop(None);
     persistence_ref.stop(None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_settle() {
+    let scratch = common::Scratch::new();
+    let registry = Registry::new("poller-recheck-test");
+    let persistence_ref = start_persistence(&scratch, &registry).await;
+    let t0 = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(t0));
+    let bus = Arc::new(GatedBus::default());
+    let persistence = registry.persistence();
+    let seconds = chrono::Duration::seconds;
+    persistence
+        .apply(vec![common::schedule_at(
+            "acme",
+            "first",
+            1,
+            t0 - seconds(10),
+        )])
+        .await
+        .unwrap();
+    let poller = start_poller(&registry, bus.clone(), clock.clone()).await;
+    eventually(
+        Duration::from_secs(5),
+        "the first batch in flight",
+        || async { (bus.entered() == 1).then_some(()) },
+    )
+    .await;
+
+    // While it is held, one timer is stored due before the cursor and one after it.
+    let earlier = t0 - seconds(20);
+    persistence
+        .apply(vec![
+            common::schedule_at("acme", "earlier", 2, earlier),
+            common::schedule_at("acme", "after", 3, t0 - seconds(5)),
+        ])
+        .await
+        .unwrap();
+    poller.cast(PollerMsg::WakeAt(earlier)).unwrap();
+    // The wake-up claims after the cursor: "after" joins the flight, "earlier" cannot be seen.
+    eventually(
+        Duration::from_secs(5),
+        "the second batch in flight",
+        || async { (bus.entered() == 2).then_some(()) },
+    )
+    .await;
+    assert!(bus.inner.published().is_empty());
+
+    // Once both have settled, a claim from the start finds it, with no tick to help (an hour).
+    bus.open();
+    eventually(
+        Duration::from_secs(5),
+        "the earlier timer to be Reached",
+        || async {
+            let row = persistence.get("acme", "earlier").await.unwrap()?;
+            (row.state == TimerState::Reached).then_some(())
+        },
+    )
+    .await;
+    let mut fired: Vec<String> = bus
+        .inner
+        .published()
+        .iter()
+        .map(|event| event.message_id.clone())
+        .collect();
+    fired.sort();
+    assert_eq!(fired.len(), 3, "each timer published once: {fired:?}");
+    poller.stop(None);
+    persistence_ref.stop(None);
+}
+
+/// Holds every publish until opened, counting the batches that wait.
+#[derive(Default)]
+struct GatedBus {
+    inner: InMemoryEventBus,
+    entered: AtomicUsize,
+    open: tokio::sync::Notify,
+    opened: std::sync::atomic::AtomicBool,
+}
+
+impl GatedBus {
+    fn entered(&self) -> usize {
+        self.entered.load(Ordering::SeqCst)
+    }
+
+    fn open(&self) {
+        self.opened.store(true, Ordering::SeqCst);
+        self.open.notify_waiters();
+    }
+}
+
+#[async_trait::async_trait]
+impl EventBus for GatedBus {
+    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+        self.entered.fetch_add(1, Ordering::SeqCst);
+        let opened = self.open.notified();
+        if !self.opened.load(Ordering::SeqCst) {
+            opened.await;
+        }
+        self.inner.publish_all(events).await
+    }
+}
+
+async fn start_persistence(
+    scratch: &common::Scratch,
+    registry: &Registry,
+) -> ActorRef<PersistenceMsg> {
+    migrate(&scratch.database()).await.unwrap();
+    let (persistence, _) = Actor::spawn(
+        Some(registry.name(Persistence::NAME)),
+        Persistence,
+        PersistenceArgs {
+            database: scratch.database(),
+            health: Default::default(),
+            claimant: common::claimant(),
+        },
+    )
+    .await
+    .unwrap();
+    persistence
+}
+
+/// A Poller whose safety-net tick (an hour) never comes during a test.
+async fn start_poller(
+    registry: &Registry,
+    bus: Arc<dyn EventBus>,
+    clock: Arc<ManualClock>,
+) -> ActorRef<PollerMsg> {
+    let (poller, _) = Actor::spawn(
+        None,
+        Poller,
+        PollerArgs {
+            registry: registry.clone(),
+            bus,
+            clock,
+            subjects: Subjects::default(),
+            batch_size: 100,
+            polling_interval: Duration::from_secs(3600),
+        },
+    )
+    .await
+    .unwrap();
+    poller
 }
 
 fn clock_now(clock: &ManualClock) -> chrono::DateTime<Utc> {
