@@ -13,7 +13,7 @@
 //! which runs on the firing path, never inherits their writing.
 //!
 //! Like Persistence, it treats storage faults as outages: a failed checkpoint closes its
-//! connection, the next attempt (after a backoff) opens a fresh one, and it never fails the
+//! connection, the next attempt (at the next interval) opens a fresh one, and it never fails the
 //! actor. It also reopens when the path names another file than the one it has open.
 
 use std::path::PathBuf;
@@ -62,6 +62,8 @@ pub struct CheckpointerState {
     tick: Option<JoinHandle<()>>,
     /// Consecutive failed attempts.
     failures: u32,
+    /// What the last pass reported: an idle WAL reports the same again, and needs no flush.
+    last: Option<Checkpoint>,
 }
 
 pub enum CheckpointerMsg {
@@ -83,6 +85,7 @@ impl Actor for Checkpointer {
             db: None,
             tick: None,
             failures: 0,
+            last: None,
         })
     }
 
@@ -188,9 +191,10 @@ async fn run_checkpoint(state: &mut CheckpointerState) -> Result<Checkpoint, DbE
         return Err(DbErr::Custom("no connection".into()));
     };
     let done = checkpoint(db).await?;
-    if done.checkpointed_pages > 0 {
+    if done.checkpointed_pages > 0 && state.last != Some(done) {
         flush_database_file(path).await?;
     }
+    state.last = Some(done);
     if done.wal_pages > RESTART_ABOVE_PAGES && done.checkpointed_pages == done.wal_pages {
         state.args.registry.persistence().catch_up_wal();
     }
