@@ -14,7 +14,7 @@ use chrono::{TimeZone, Utc};
 use common::eventually;
 use ractor::{Actor, ActorRef};
 use timer_service::actors::Registry;
-use timer_service::actors::persistence::{PersistenceArgs, PersistenceMsg};
+use timer_service::actors::persistence::{PersistenceArgs, PersistenceClient, PersistenceMsg};
 use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg};
 use timer_service::actors::{NamedActor, Persistence};
 use timer_service::domain::{Subjects, TimerState};
@@ -41,15 +41,7 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     let poller = start_poller(&registry, bus.clone(), clock.clone()).await;
 
     // On start it fires what is due by the clock, and only that.
-    eventually(
-        Duration::from_secs(5),
-        "the past timer to be Reached",
-        || async {
-            let row = persistence.get("acme", "past").await.unwrap()?;
-            (row.state == TimerState::Reached).then_some(())
-        },
-    )
-    .await;
+    wait_reached(&persistence, "past").await;
     let published = bus.published();
     assert_eq!(published.len(), 1);
     assert_eq!(published[0].subject, "timer.evt.due.acme");
@@ -81,15 +73,7 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     // The broker is back: the retry publishes it and marks it.
     bus.set_refusing(false);
     poller.cast(PollerMsg::Tick).unwrap();
-    eventually(
-        Duration::from_secs(5),
-        "the future timer to be Reached",
-        || async {
-            let row = persistence.get("acme", "future").await.unwrap()?;
-            (row.state == TimerState::Reached).then_some(row)
-        },
-    )
-    .await;
+    wait_reached(&persistence, "future").await;
     assert_eq!(bus.published().len(), 2);
     poller.stop(None);
     persistence_ref.stop(None);
@@ -143,15 +127,7 @@ async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_s
 
     // Once both have settled, a claim from the start finds it, with no tick to help (an hour).
     bus.open();
-    eventually(
-        Duration::from_secs(5),
-        "the earlier timer to be Reached",
-        || async {
-            let row = persistence.get("acme", "earlier").await.unwrap()?;
-            (row.state == TimerState::Reached).then_some(())
-        },
-    )
-    .await;
+    wait_reached(&persistence, "earlier").await;
     let mut fired: Vec<String> = bus
         .inner
         .published()
@@ -194,6 +170,19 @@ impl EventBus for GatedBus {
         }
         self.inner.publish_all(events).await
     }
+}
+
+/// Waits until the timer `acme/<id>` is `Reached`.
+async fn wait_reached(persistence: &PersistenceClient, id: &str) {
+    eventually(
+        Duration::from_secs(5),
+        &format!("timer {id} to be Reached"),
+        || async {
+            let row = persistence.get("acme", id).await.unwrap()?;
+            (row.state == TimerState::Reached).then_some(())
+        },
+    )
+    .await;
 }
 
 async fn start_persistence(
