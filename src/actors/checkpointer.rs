@@ -17,6 +17,7 @@
 //! actor. It also reopens when the path names another file than the one it has open.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::concurrency::JoinHandle;
@@ -58,12 +59,20 @@ pub struct CheckpointerArgs {
 pub struct CheckpointerState {
     args: CheckpointerArgs,
     /// The open connection and the file it opened; `None` after a failure.
-    db: Option<(DatabaseConnection, FileIdentity)>,
+    db: Option<Opened>,
     tick: Option<JoinHandle<()>>,
     /// Consecutive failed attempts.
     failures: u32,
     /// What the last pass reported: an idle WAL reports the same again, and needs no flush.
     last: Option<Checkpoint>,
+}
+
+/// A connection, with the file it was opened on: its identity, to notice a replaced file, and
+/// a handle to flush it by.
+struct Opened {
+    db: DatabaseConnection,
+    identity: FileIdentity,
+    file: Arc<std::fs::File>,
 }
 
 pub enum CheckpointerMsg {
@@ -107,8 +116,8 @@ impl Actor for Checkpointer {
         if let Some(tick) = state.tick.take() {
             tick.abort();
         }
-        if let Some((db, _)) = state.db.take() {
-            db.close().await?;
+        if let Some(opened) = state.db.take() {
+            opened.db.close().await?;
         }
         Ok(())
     }
@@ -141,8 +150,8 @@ impl Actor for Checkpointer {
                         )
                     }
                     Err(e) => {
-                        if let Some((db, _)) = state.db.take() {
-                            let _ = db.close().await;
+                        if let Some(opened) = state.db.take() {
+                            let _ = opened.db.close().await;
                         }
                         state.failures += 1;
                         if state.failures % WARN_EVERY == 1 {
@@ -164,20 +173,22 @@ impl Actor for Checkpointer {
 /// when the path names another file. A small cache: checkpointing reads the WAL, not the tables.
 async fn run_checkpoint(state: &mut CheckpointerState) -> Result<Checkpoint, DbErr> {
     let path = &state.args.db_path;
-    let current = FileIdentity::of(path)
-        .map_err(|e| DbErr::Custom(format!("database file {}: {e}", path.display())))?;
+    let file_error =
+        |e: std::io::Error| DbErr::Custom(format!("database file {}: {e}", path.display()));
+    let current = FileIdentity::of(path).map_err(file_error)?;
     if state
         .db
         .as_ref()
-        .is_some_and(|(_, opened)| *opened != current)
+        .is_some_and(|opened| opened.identity != current)
     {
         tracing::warn!(actor = "checkpointer", db_path = %path.display(),
             "the database file was replaced; reopening it");
-        if let Some((db, _)) = state.db.take() {
-            let _ = db.close().await;
+        if let Some(opened) = state.db.take() {
+            let _ = opened.db.close().await;
         }
     }
     if state.db.is_none() {
+        let file = Arc::new(std::fs::File::open(path).map_err(file_error)?);
         let target = DatabaseTarget::Sqlite {
             path: path.clone(),
             settings: SqliteSettings {
@@ -185,14 +196,20 @@ async fn run_checkpoint(state: &mut CheckpointerState) -> Result<Checkpoint, DbE
                 ..state.args.sqlite.clone()
             },
         };
-        state.db = Some((connect(&target, 1).await?, current));
+        state.db = Some(Opened {
+            db: connect(&target, 1).await?,
+            identity: FileIdentity::of_file(&file).map_err(file_error)?,
+            file,
+        });
     }
-    let Some((db, _)) = &state.db else {
+    let Some(opened) = &state.db else {
         return Err(DbErr::Custom("no connection".into()));
     };
-    let done = checkpoint(db).await?;
+    let done = checkpoint(&opened.db).await?;
     if done.checkpointed_pages > 0 && state.last != Some(done) {
-        flush_database_file(path).await?;
+        flush_database_file(opened.file.clone())
+            .await
+            .map_err(file_error)?;
     }
     state.last = Some(done);
     if done.wal_pages > RESTART_ABOVE_PAGES && done.checkpointed_pages == done.wal_pages {
@@ -208,10 +225,6 @@ async fn run_checkpoint(state: &mut CheckpointerState) -> Result<Checkpoint, DbE
 /// it). Flushed here after each pass, that writing happens on this actor's time and the
 /// catch-up's own fsync has only its few pages left. An extra flush never changes what SQLite
 /// considers durable.
-async fn flush_database_file(path: &std::path::Path) -> Result<(), DbErr> {
-    let path = path.to_owned();
-    tokio::task::spawn_blocking(move || std::fs::File::open(&path)?.sync_data())
-        .await
-        .map_err(|e| DbErr::Custom(format!("database file flush: {e}")))?
-        .map_err(|e| DbErr::Custom(format!("database file flush: {e}")))
+async fn flush_database_file(file: Arc<std::fs::File>) -> std::io::Result<()> {
+    tokio::task::spawn_blocking(move || file.sync_data()).await?
 }

@@ -135,11 +135,19 @@ pub struct FileIdentity {
 
 impl FileIdentity {
     pub fn of(path: &Path) -> std::io::Result<Self> {
-        let metadata = std::fs::metadata(path)?;
-        Ok(Self {
+        Ok(Self::from(&std::fs::metadata(path)?))
+    }
+
+    /// The identity of a file already open, whatever its path names now.
+    pub fn of_file(file: &std::fs::File) -> std::io::Result<Self> {
+        Ok(Self::from(&file.metadata()?))
+    }
+
+    fn from(metadata: &std::fs::Metadata) -> Self {
+        Self {
             device: metadata.dev(),
             inode: metadata.ino(),
-        })
+        }
     }
 }
 
