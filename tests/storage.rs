@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, TimeZone, Utc};
 use common::{Scratch, cancel_at, claimant, schedule_at};
@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use sea_orm::{ConnectionTrait, Statement};
 use timer_service::domain::api::{ListCursor, ListFilter};
 use timer_service::domain::timer::apply_command;
-use timer_service::domain::{CancelOutcome, Command, Timer, TimerState};
+use timer_service::domain::{Action, CancelOutcome, Command, DueTimer, Timer, TimerState};
 use timer_service::persistence::db::{DatabaseTarget, connect, migrate};
 use timer_service::persistence::{Claimant, Store};
 
@@ -268,6 +268,66 @@ async fn a_cancel_racing_the_firing_is_decided_by_the_row() {
             .unwrap()
             .timers
             .is_empty()
+    );
+}
+
+/// A claimed timer fires, even when its claim has lapsed (the mark failed for longer than the
+/// lease, or its daemon died and another takes it over): a cancel arriving then is too late,
+/// never a `Cancelled` row whose event is out.
+#[tokio::test]
+async fn a_cancel_after_a_lapsed_claim_is_too_late() {
+    let (_dir, store) = store().await;
+    let me = claimant();
+    store
+        .apply(&[schedule("a", "published", 1, 100)])
+        .await
+        .unwrap();
+    let picked = store.claim_due(at(100), None, 1, &me).await.unwrap().timers;
+    assert_eq!(picked.len(), 1);
+    // Long after the lease ran out, the event published but not yet marked.
+    let late = 100 + 2 * me.lease.as_millis() as i64;
+    let (outcome, timer) = store
+        .cancel(&cancel("a", "published", 2, late))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CancelOutcome::AlreadyReached);
+    assert_eq!(timer.unwrap().state, TimerState::Scheduled);
+    assert_eq!(
+        store
+            .mark_reached(&[(picked.into(), at(late + 1))])
+            .await
+            .unwrap(),
+        1,
+        "the published timer is marked Reached"
+    );
+}
+
+/// A refused cancel still counts as applied for the order of commands: a reschedule older
+/// than it, arriving after it (another daemon's slower batch, or the API's cancel applied
+/// ahead of earlier commands), changes nothing.
+#[tokio::test]
+async fn a_refused_cancel_still_orders_older_commands() {
+    let (_dir, store) = store().await;
+    let me = claimant();
+    store.apply(&[schedule("a", "k", 1, 100)]).await.unwrap();
+    let picked = store.claim_due(at(100), None, 1, &me).await.unwrap().timers;
+    let (outcome, _) = store.cancel(&cancel("a", "k", 10, 101)).await.unwrap();
+    assert_eq!(outcome, CancelOutcome::AlreadyReached);
+    // An older reschedule arrives after the refused cancel.
+    store.apply(&[schedule("a", "k", 9, 5000)]).await.unwrap();
+    let row = store.get("a", "k").await.unwrap().unwrap();
+    assert_eq!(
+        (row.due_at, row.command_seq),
+        (Some(at(100)), 10),
+        "the older reschedule changed nothing"
+    );
+    store
+        .mark_reached(&[(picked.into(), at(102))])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get("a", "k").await.unwrap().unwrap().state,
+        TimerState::Reached
     );
 }
 
@@ -601,7 +661,12 @@ async fn a_database_of_the_previous_schema_is_upgraded_with_its_timers() {
 enum Step {
     Schedule { key: usize, seq: u64, due: i64 },
     Cancel { key: usize, seq: u64 },
+    /// Everything due is claimed (picked for firing) and marked `Reached` at once.
     Fire,
+    /// Everything due is claimed, and stays in flight until the next `Mark`.
+    Claim,
+    /// What is in flight is marked `Reached` (a timer rescheduled meanwhile stays pending).
+    Mark,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -609,12 +674,15 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0usize..3, 1u64..40, 0i64..50).prop_map(|(key, seq, due)| Step::Schedule { key, seq, due }),
         2 => (0usize..3, 1u64..40).prop_map(|(key, seq)| Step::Cancel { key, seq }),
         1 => Just(Step::Fire),
+        1 => Just(Step::Claim),
+        1 => Just(Step::Mark),
     ]
 }
 
 /// Whatever the order of schedules, cancels (alone or several in one batch, redelivered or
-/// not) and firings, the SQL keeps the rules of the contract as written once in
-/// `apply_command`. Every case has a tenant of its own in one database.
+/// not), claims and firings, the SQL keeps the rules of the contract as written once in
+/// `apply_command`: a cancel meeting a claimed timer is refused and still orders later
+/// commands. Every case has a tenant of its own in one database.
 #[test]
 fn sql_follows_the_rules_table() {
     use proptest::test_runner::{Config, TestRunner};
@@ -633,16 +701,26 @@ fn sql_follows_the_rules_table() {
         );
         runtime.block_on(async {
             let mut model: HashMap<String, Timer> = HashMap::new();
+            // Keys whose row holds a claim, and the claimed timers not yet marked.
+            let mut claimed: HashSet<String> = HashSet::new();
+            let mut in_flight: Vec<DueTimer> = Vec::new();
             let mut pending: Vec<Command> = Vec::new();
-            let flush = |pending: &mut Vec<Command>, model: &mut HashMap<String, Timer>| {
+            let flush = |pending: &mut Vec<Command>,
+                         model: &mut HashMap<String, Timer>,
+                         claimed: &mut HashSet<String>| {
                 let commands = std::mem::take(pending);
                 let mut ordered = commands.clone();
                 ordered.sort_by_key(|c| c.seq);
                 for command in &ordered {
+                    let key = &command.service_call_id;
                     if let Some(next) =
-                        apply_command(model.get(&command.service_call_id), command, false)
+                        apply_command(model.get(key), command, claimed.contains(key))
                     {
-                        model.insert(command.service_call_id.clone(), next);
+                        if matches!(command.action, Action::Schedule { .. }) {
+                            // A reschedule releases the claim on the old dueAt.
+                            claimed.remove(key);
+                        }
+                        model.insert(key.clone(), next);
                     }
                 }
                 commands
@@ -655,8 +733,46 @@ fn sql_follows_the_rules_table() {
                     Step::Cancel { key, seq } => {
                         pending.push(cancel(&tenant, &format!("k{key}"), seq, 1))
                     }
+                    Step::Claim => {
+                        let commands = flush(&mut pending, &mut model, &mut claimed);
+                        store.apply(&commands).await.unwrap();
+                        let due = store
+                            .claim_due(at(1000), None, 1000, &claimant())
+                            .await
+                            .unwrap()
+                            .timers;
+                        let mut picked: Vec<String> = Vec::new();
+                        for t in due.into_iter().filter(|t| t.tenant_id == tenant) {
+                            picked.push(t.service_call_id.clone());
+                            claimed.insert(t.service_call_id.clone());
+                            in_flight.push(t);
+                        }
+                        picked.sort();
+                        let mut expected: Vec<String> = model
+                            .iter()
+                            .filter(|(_, t)| t.state == TimerState::Scheduled)
+                            .map(|(id, _)| id.clone())
+                            .collect();
+                        expected.sort();
+                        prop_assert_eq!(picked, expected, "every pending timer is due and claimed");
+                    }
+                    Step::Mark => {
+                        let fired = std::mem::take(&mut in_flight);
+                        store
+                            .mark_reached(&[(fired.clone().into(), at(1000))])
+                            .await
+                            .unwrap();
+                        for t in fired {
+                            let m = model.get_mut(&t.service_call_id).unwrap();
+                            if m.state == TimerState::Scheduled && m.due_at == Some(t.due_at) {
+                                m.state = TimerState::Reached;
+                                m.reached_at = Some(at(1000));
+                                claimed.remove(&t.service_call_id);
+                            }
+                        }
+                    }
                     Step::Fire => {
-                        let commands = flush(&mut pending, &mut model);
+                        let commands = flush(&mut pending, &mut model, &mut claimed);
                         store.apply(&commands).await.unwrap();
                         // Everything due fires (earlier cases' leftovers too, which are done).
                         loop {
@@ -676,16 +792,17 @@ fn sql_follows_the_rules_table() {
                                 let m = model.get_mut(&t.service_call_id).unwrap();
                                 m.state = TimerState::Reached;
                                 m.reached_at = Some(at(1000));
+                                claimed.remove(&t.service_call_id);
                             }
                         }
                     }
                 }
                 if pending.len() >= batch {
-                    let commands = flush(&mut pending, &mut model);
+                    let commands = flush(&mut pending, &mut model, &mut claimed);
                     store.apply(&commands).await.unwrap();
                 }
             }
-            let commands = flush(&mut pending, &mut model);
+            let commands = flush(&mut pending, &mut model, &mut claimed);
             store.apply(&commands).await.unwrap();
             for (id, expected) in &model {
                 let stored = store.get(&tenant, id).await.unwrap().unwrap();

@@ -176,8 +176,12 @@ impl Command {
 }
 
 /// What a command does to the stored row of its key (CONTRACT.md §3), or `None` when it
-/// changes nothing. `being_fired` says the row was picked for firing (claimed) and the claim
-/// still holds: a cancel then comes too late, like one after `Reached`. The store expresses the
+/// changes nothing. `being_fired` says the row was picked for firing (claimed): a cancel then
+/// comes too late, like one after `Reached`, whether or not the claim has lapsed since — a
+/// claimed timer fires (its daemon publishes it, or another takes it over once the claim
+/// lapses), so a cancel that let a lapsed claim go would cancel a timer whose event may be out.
+/// A refused cancel still counts as applied for the order of commands: its sequence is
+/// remembered, so an older command arriving after it changes nothing. The store expresses the
 /// same rule in SQL; this is the reference it is tested against.
 pub fn apply_command(
     stored: Option<&Timer>,
@@ -200,7 +204,7 @@ pub fn apply_command(
             next.cancelled_at = None;
             next.cancelled_seq = None;
         }
-        Action::Cancel if row.state == TimerState::Scheduled && being_fired => return None,
+        Action::Cancel if row.state == TimerState::Scheduled && being_fired => {}
         Action::Cancel => {
             next.state = TimerState::Cancelled;
             next.cancelled_at = row.cancelled_at.or(Some(command.received_at));
@@ -380,8 +384,18 @@ pub(crate) mod tests {
             None
         );
         assert_eq!(apply_command(Some(&reached), &cancel("a", 21), false), None);
-        // a cancel meeting a timer picked for firing comes too late
-        assert_eq!(apply_command(Some(&row), &cancel("a", 22), true), None);
+        // a cancel meeting a timer picked for firing comes too late, but still orders: an
+        // older reschedule arriving after it changes nothing
+        let refused = apply_command(Some(&row), &cancel("a", 22), true).unwrap();
+        assert_eq!(
+            (refused.state, refused.due_at, refused.cancelled_at),
+            (TimerState::Scheduled, row.due_at, None)
+        );
+        assert_eq!(refused.command_seq, 22);
+        assert_eq!(
+            apply_command(Some(&refused), &schedule("a", 21, 999), false),
+            None
+        );
     }
 
     /// The outcome, read from the row after the cancel with sequence `seq` was applied.

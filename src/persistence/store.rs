@@ -762,11 +762,17 @@ impl Store {
 ///
 /// The conflict clause is the rules table of CONTRACT.md §3 in SQL, for a stored row `t` and an
 /// incoming command `excluded`:
-/// - nothing changes for a `Reached` row, or a command not newer than the last one applied,
-///   or a cancel meeting a timer whose claim for firing still holds (the firing won);
+/// - nothing changes for a `Reached` row, or a command not newer than the last one applied;
+/// - a cancel meeting a timer claimed for firing (lapsed or not: a claimed timer fires) is
+///   refused, but its sequence is remembered, so an older command arriving later changes
+///   nothing;
 /// - otherwise the state is the command's, the sequence is remembered, a schedule brings its
 ///   `dueAt` and correlation id and releases any claim, a cancel keeps the timer's own `dueAt`
 ///   and correlation id and the time of the first cancel.
+/// A cancel meeting a timer claimed for firing, in the conflict clause of [`apply_in`].
+const REFUSED_CANCEL: &str = "(excluded.state = 'Cancelled' \
+     AND timer_schedules.state = 'Scheduled' AND timer_schedules.claimed_by IS NOT NULL)";
+
 async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Result<u64, DbErr> {
     let mut written = 0;
     for mut round in rounds {
@@ -777,7 +783,12 @@ async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Resul
         });
         for chunk in round.chunks(ROWS_PER_STATEMENT) {
             let on_conflict = OnConflict::columns([Column::TenantId, Column::ServiceCallId])
-                .value(Column::State, Expr::cust("excluded.state"))
+                .value(
+                    Column::State,
+                    Expr::cust(format!(
+                        "CASE WHEN {REFUSED_CANCEL} THEN timer_schedules.state ELSE excluded.state END"
+                    )),
+                )
                 .value(
                     Column::DueAt,
                     Expr::cust("COALESCE(excluded.due_at, timer_schedules.due_at)"),
@@ -791,17 +802,17 @@ async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Resul
                 )
                 .value(
                     Column::CancelledAt,
-                    Expr::cust(
-                        "CASE WHEN excluded.state = 'Cancelled' \
-                         THEN COALESCE(timer_schedules.cancelled_at, excluded.cancelled_at) END",
-                    ),
+                    Expr::cust(format!(
+                        "CASE WHEN excluded.state = 'Cancelled' AND NOT {REFUSED_CANCEL} \
+                         THEN COALESCE(timer_schedules.cancelled_at, excluded.cancelled_at) END"
+                    )),
                 )
                 .value(
                     Column::CancelledSeq,
-                    Expr::cust(
-                        "CASE WHEN excluded.state = 'Cancelled' \
-                         THEN COALESCE(timer_schedules.cancelled_seq, excluded.cancelled_seq) END",
-                    ),
+                    Expr::cust(format!(
+                        "CASE WHEN excluded.state = 'Cancelled' AND NOT {REFUSED_CANCEL} \
+                         THEN COALESCE(timer_schedules.cancelled_seq, excluded.cancelled_seq) END"
+                    )),
                 )
                 .value(
                     Column::ClaimedBy,
@@ -818,10 +829,7 @@ async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Resul
                 .value(Column::CommandSeq, Expr::cust("excluded.command_seq"))
                 .action_and_where(Expr::cust(
                     "timer_schedules.state <> 'Reached' \
-                     AND timer_schedules.command_seq < excluded.command_seq \
-                     AND NOT (excluded.state = 'Cancelled' AND timer_schedules.state = 'Scheduled' \
-                          AND timer_schedules.claim_until IS NOT NULL \
-                          AND timer_schedules.claim_until >= excluded.registered_at)",
+                     AND timer_schedules.command_seq < excluded.command_seq",
                 ))
                 .to_owned();
             written += Entity::insert_many(chunk.iter().map(to_active_model))
