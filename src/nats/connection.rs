@@ -14,7 +14,7 @@ use crate::health::Health;
 const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(50);
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 /// How long a JetStream request or PubAck may take before it counts as failed and is retried.
-const JETSTREAM_TIMEOUT: Duration = Duration::from_secs(5);
+pub const JETSTREAM_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {

@@ -1,13 +1,26 @@
-//! `EventBus` over JetStream: every event is sent first (pipelined), then every PubAck awaited.
-//! Only a PubAck means the broker stored the event.
+//! `EventBus` over JetStream: every event of a batch is sent first (pipelined), then all
+//! PubAcks are awaited together. Only a PubAck means the broker stored the event.
+//!
+//! The whole batch, sending included, has one deadline ([`BATCH_DEADLINE`]): acknowledgements
+//! lost in a broker restart never come, and a send can wait for room in the client's buffer
+//! while the connection is down. Past the deadline every event not yet acknowledged counts as
+//! failed, so the Poller retries it once JetStream serves again; one that was stored after all
+//! is dropped by the broker as a duplicate (`Nats-Msg-Id`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use async_trait::async_trait;
+use futures::future::join_all;
 
+use super::connection::JETSTREAM_TIMEOUT;
 use super::streams::{BrokerNames, ensure_event_stream};
 use crate::ports::{BusError, EventBus, OutgoingEvent};
+
+/// Longest one batch may take, from its first send to its last PubAck: the JetStream timeout,
+/// plus a little for sending the batch.
+pub const BATCH_DEADLINE: Duration = JETSTREAM_TIMEOUT.saturating_add(Duration::from_secs(1));
 
 pub struct NatsEventBus {
     js: jetstream::Context,
@@ -44,11 +57,9 @@ impl NatsEventBus {
         }
         sent
     }
-}
 
-#[async_trait]
-impl EventBus for NatsEventBus {
-    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+    /// Makes sure the event stream exists, then sends every event and awaits all PubAcks.
+    async fn publish_unbounded(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
         if !self.stream_ready.load(Ordering::Acquire) {
             if let Err(e) = ensure_event_stream(&self.js, &self.names).await {
                 let error = BusError(format!(
@@ -59,17 +70,29 @@ impl EventBus for NatsEventBus {
             }
             self.stream_ready.store(true, Ordering::Release);
         }
-        let mut results = Vec::with_capacity(events.len());
-        for sent in self.send_all(events).await {
-            let acked = match sent {
-                Ok(ack) => ack
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| BusError(format!("no PubAck: {e}"))),
-                Err(e) => Err(e),
-            };
-            results.push(acked);
-        }
+        let sent = self.send_all(events).await;
+        join_all(sent.into_iter().map(|sent| async move {
+            sent?
+                .await
+                .map(|_| ())
+                .map_err(|e| BusError(format!("no PubAck: {e}")))
+        }))
+        .await
+    }
+}
+
+#[async_trait]
+impl EventBus for NatsEventBus {
+    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+        let count = events.len();
+        let results = tokio::time::timeout(BATCH_DEADLINE, self.publish_unbounded(events))
+            .await
+            .unwrap_or_else(|_| {
+                let error = BusError(format!(
+                    "no PubAck within {BATCH_DEADLINE:?} (the broker is away or restarting)"
+                ));
+                vec![Err(error); count]
+            });
         if results.iter().any(Result::is_err) {
             self.stream_ready.store(false, Ordering::Release);
         }
