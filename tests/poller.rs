@@ -15,11 +15,13 @@ use common::eventually;
 use ractor::{Actor, ActorRef};
 use timer_service::actors::Registry;
 use timer_service::actors::persistence::{PersistenceArgs, PersistenceClient, PersistenceMsg};
-use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg};
+use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg, window};
 use timer_service::actors::{NamedActor, Persistence};
 use timer_service::domain::{Subjects, TimerState};
 use timer_service::persistence::db::migrate;
-use timer_service::ports::{BusError, EventBus, InMemoryEventBus, ManualClock, OutgoingEvent};
+use timer_service::ports::{
+    BusError, Clock, EventBus, InMemoryEventBus, ManualClock, OutgoingEvent, SystemClock,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
@@ -140,6 +142,72 @@ async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_s
     persistence_ref.stop(None);
 }
 
+/// A wake-up that comes while the window of batches in flight is full is not lost: once they
+/// settle, the Poller claims again and plans the next wake-up, with no tick to help.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_that_comes_while_the_window_is_full_is_served_once_batches_settle() {
+    let scratch = common::Scratch::new();
+    let registry = Registry::new("poller-window-test");
+    let persistence_ref = start_persistence(&scratch, &registry).await;
+    let persistence = registry.persistence();
+    let now = Utc::now();
+    // Just short of two full claims: the second one is not full, so the Poller plans its wake-up
+    // for `later`, and then a failed batch's retry replaces that plan.
+    let count = window(100) - 1;
+    let commands = (0..count)
+        .map(|i| {
+            let due = now - chrono::Duration::seconds(60) + chrono::Duration::milliseconds(i as i64);
+            common::schedule_at("acme", &format!("t-{i:05}"), i as u64 + 1, due)
+        })
+        .collect();
+    persistence.apply(commands).await.unwrap();
+    let later = now + chrono::Duration::seconds(2);
+    persistence
+        .apply(vec![common::schedule_at("acme", "later", count as u64 + 1, later)])
+        .await
+        .unwrap();
+
+    // The oldest batch fails at once; every other one is held until the gate opens.
+    let bus = Arc::new(FailFirstBus::default());
+    let poller = start_poller(&registry, bus.clone(), Arc::new(SystemClock)).await;
+    eventually(Duration::from_secs(10), "the failed batch", || async {
+        bus.failed.load(Ordering::SeqCst).then_some(())
+    })
+    .await;
+    // The retry's wake-up comes 100 ms after the failure, while the window is still full.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    bus.gate.open();
+
+    wait_reached(&persistence, "t-00000").await;
+    wait_reached(&persistence, "later").await;
+    poller.stop(None);
+    persistence_ref.stop(None);
+}
+
+/// Fails the batch holding the first timer (`t-00000`) at once, and holds every other batch
+/// until its gate opens.
+#[derive(Default)]
+struct FailFirstBus {
+    gate: GatedBus,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl EventBus for FailFirstBus {
+    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+        let first = events
+            .iter()
+            .any(|e| String::from_utf8_lossy(&e.payload).contains("\"t-00000\""));
+        if first && !self.failed.swap(true, Ordering::SeqCst) {
+            return events
+                .iter()
+                .map(|_| Err(BusError("refused".into())))
+                .collect();
+        }
+        self.gate.publish_all(events).await
+    }
+}
+
 /// Holds every publish until opened, counting the batches that wait.
 #[derive(Default)]
 struct GatedBus {
@@ -208,7 +276,7 @@ async fn start_persistence(
 async fn start_poller(
     registry: &Registry,
     bus: Arc<dyn EventBus>,
-    clock: Arc<ManualClock>,
+    clock: Arc<dyn Clock>,
 ) -> ActorRef<PollerMsg> {
     let (poller, _) = Actor::spawn(
         None,
@@ -228,6 +296,5 @@ async fn start_poller(
 }
 
 fn clock_now(clock: &ManualClock) -> chrono::DateTime<Utc> {
-    use timer_service::ports::Clock;
     clock.now()
 }

@@ -54,7 +54,7 @@ pub fn window(batch_size: usize) -> usize {
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
-/// How long a graceful stop waits for the batches in flight to be acknowledged and marked.
+/// How long a graceful stop waits, in all, for the batches in flight to be acknowledged.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
@@ -173,8 +173,11 @@ impl Actor for Poller {
         if let Some((_, wake)) = state.wake.take() {
             wake.abort();
         }
+        // One deadline for them all: each batch's own wait is bounded too, but a hundred of
+        // them one after another would not be.
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
         while let Some((_, batch)) = state.in_flight.pop_front() {
-            match tokio::time::timeout(STOP_GRACE, batch).await {
+            match tokio::time::timeout_at(deadline, batch).await {
                 Ok(Ok(published)) => settle(&myself, state, vec![published]).await,
                 _ => tracing::warn!(
                     actor = "poller",
@@ -277,6 +280,10 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     let persistence = state.args.registry.persistence();
     let batch_size = state.args.batch_size.max(1);
     let claim = claim_size(batch_size);
+    // Whatever stops this round before it has planned the next wake-up (the window is full,
+    // published timers wait for their mark) leaves batches in flight: claim again once they
+    // settle, so no wake-up is lost.
+    state.more_due = true;
     while state.in_flight.iter().map(|(n, _)| n).sum::<usize>() + claim <= window(batch_size) {
         if let Some(until) = state.backoff_until {
             let now = tokio::time::Instant::now();
@@ -348,10 +355,11 @@ fn spawn_publish(
     reached_at: DateTime<Utc>,
     started: std::time::Instant,
 ) -> OneshotReceiver<Published> {
-    let (myself, bus, subjects) = (myself.clone(), args.bus.clone(), args.subjects.clone());
+    let (myself, bus, clock) = (myself.clone(), args.bus.clone(), args.clock.clone());
+    let subjects = args.subjects.clone();
     let (outcome, receiver) = ractor::concurrency::oneshot();
     tokio::spawn(async move {
-        let published = publish(bus.as_ref(), &subjects, due, reached_at, started).await;
+        let published = publish(bus.as_ref(), clock.as_ref(), &subjects, due, reached_at, started).await;
         if outcome.send(published).is_ok() {
             let _ = myself.cast(PollerMsg::BatchPublished);
         }
@@ -421,9 +429,11 @@ async fn mark_unmarked(state: &mut PollerState) -> bool {
     }
 }
 
-/// Publishes `DueTimeReached` for each timer, stamped `reached_at`.
+/// Publishes `DueTimeReached` for each timer, stamped `reached_at`. Lateness is measured to
+/// the broker's acknowledgement: a timer is fired when its event is stored, not when claimed.
 async fn publish(
     bus: &dyn EventBus,
+    clock: &dyn Clock,
     subjects: &Subjects,
     due: Vec<DueTimer>,
     reached_at: DateTime<Utc>,
@@ -447,6 +457,7 @@ async fn publish(
         }
     }
     let results = bus.publish_all(events).await;
+    let acknowledged_at = clock.now();
     let lateness = metrics::histogram!(crate::telemetry::FIRE_LATENESS);
     let mut fired = Vec::with_capacity(timers.len());
     let mut error = None;
@@ -457,7 +468,9 @@ async fn publish(
                     service_call_id = %timer.service_call_id, due_at = %timer.due_at,
                     lateness_ms = (reached_at - timer.due_at).num_milliseconds(),
                     "DueTimeReached published");
-                let late = (reached_at - timer.due_at).to_std().unwrap_or_default();
+                let late = (acknowledged_at - timer.due_at)
+                    .to_std()
+                    .unwrap_or_default();
                 lateness.record(late.as_secs_f64());
                 fired.push(timer);
             }
