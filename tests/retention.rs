@@ -3,14 +3,21 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::Utc;
 use common::{
     NatsServer, Scratch, cancel_at, claimant, config, eventually, rows_by_state, schedule_at,
 };
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use timer_service::Daemon;
+use timer_service::actors::janitor::{Janitor, JanitorArgs, JanitorMsg, PAUSE};
+use timer_service::actors::persistence::PersistenceMsg;
+use timer_service::actors::{NamedActor, Persistence, Registry};
 use timer_service::persistence::Store;
+use timer_service::ports::SystemClock;
 use timer_service::persistence::db::migrate;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,4 +163,77 @@ async fn keep_finished_zero_keeps_everything() {
             .is_some()
     );
     daemon.shutdown().await.unwrap();
+}
+
+/// A Persistence stand-in that always has a full batch of finished timers to delete, and
+/// counts the batches asked for.
+struct EndlessBacklog(Arc<AtomicUsize>);
+
+impl Actor for EndlessBacklog {
+    type Msg = PersistenceMsg;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: PersistenceMsg,
+        _state: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        if let PersistenceMsg::DeleteFinished { limit, reply, .. } = message {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            let _ = reply.send(Ok(limit as u64));
+        }
+        Ok(())
+    }
+}
+
+/// While a sweep works off a backlog, the interval's next sweeps start no second one: the
+/// batches keep their pace (one per pause), however many intervals pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_under_way_is_not_doubled_by_the_next_interval() {
+    let registry = Registry::new("janitor-pace-test");
+    let batches = Arc::new(AtomicUsize::new(0));
+    let (persistence, _) = Actor::spawn(
+        Some(registry.name(Persistence::NAME)),
+        EndlessBacklog(batches.clone()),
+        (),
+    )
+    .await
+    .unwrap();
+    let (janitor, _) = Actor::spawn(
+        None,
+        Janitor,
+        JanitorArgs {
+            registry: registry.clone(),
+            clock: Arc::new(SystemClock),
+            keep_finished: Duration::from_secs(3600),
+        },
+    )
+    .await
+    .unwrap();
+    // Ten intervals' worth of sweeps arrive while the first sweep is under way.
+    for _ in 0..10 {
+        janitor.cast(JanitorMsg::Sweep).unwrap();
+    }
+    // The pace is what is measured: batches asked for over one second.
+    let watched = Duration::from_secs(1);
+    let before = batches.load(Ordering::SeqCst);
+    tokio::time::sleep(watched).await;
+    let asked = batches.load(Ordering::SeqCst) - before;
+    let one_sweep = (watched.as_millis() / PAUSE.as_millis()) as usize + 2;
+    assert!(
+        asked <= one_sweep,
+        "{asked} batches in {watched:?}: more than one sweep's pace ({one_sweep})"
+    );
+    janitor.stop(None);
+    persistence.stop(None);
 }

@@ -53,11 +53,16 @@ pub struct JanitorState {
     tick: Option<JoinHandle<()>>,
     /// Rows deleted in the sweep under way.
     swept: u64,
+    /// A sweep is under way (its next batch is planned): the interval starts no second one,
+    /// which would double the pace and, minute after minute, pile up more.
+    sweeping: bool,
 }
 
 pub enum JanitorMsg {
-    /// Delete one batch; another follows at once while batches come back full.
+    /// The interval: start a sweep unless one is under way.
     Sweep,
+    /// The next batch of the sweep under way.
+    Continue,
 }
 
 impl Actor for Janitor {
@@ -74,6 +79,7 @@ impl Actor for Janitor {
             args,
             tick: None,
             swept: 0,
+            sweeping: false,
         })
     }
 
@@ -112,7 +118,9 @@ impl Actor for Janitor {
         state: &mut JanitorState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            JanitorMsg::Sweep => {
+            JanitorMsg::Sweep if state.sweeping => {}
+            JanitorMsg::Sweep | JanitorMsg::Continue => {
+                state.sweeping = false;
                 let keep = chrono::Duration::from_std(state.args.keep_finished)
                     .unwrap_or(chrono::Duration::MAX);
                 let Some(cutoff) = state.args.clock.now().checked_sub_signed(keep) else {
@@ -129,7 +137,8 @@ impl Actor for Janitor {
                         metrics::counter!(crate::telemetry::RETENTION_DELETED).increment(deleted);
                         state.swept += deleted;
                         if deleted as usize >= BATCH {
-                            myself.send_after(PAUSE, || JanitorMsg::Sweep);
+                            state.sweeping = true;
+                            myself.send_after(PAUSE, || JanitorMsg::Continue);
                         } else if state.swept > 0 {
                             tracing::info!(actor = Janitor::NAME, deleted = state.swept,
                                 cutoff = %cutoff, "finished timers deleted");

@@ -19,7 +19,7 @@
 //! | [`Poller`] | `Tick`, `Wake`, `WakeAt(instant)`, `BatchPublished` | its interval and wake-ups, the CommandHandler, its publishing tasks |
 //! | [`CommandHandler`] | `Fetch` | itself (one pull after another) |
 //! | [`ApiResponder`] | `Start`, `Ended` | itself; its serving task when the service stops (each request runs in a task of its own) |
-//! | [`Janitor`] | `Sweep` | its interval, and itself while batches come back full |
+//! | [`Janitor`] | `Sweep`, `Continue` | its interval (starts a sweep unless one is under way); itself while batches come back full |
 //! | [`Gauges`] | `Refresh` | its interval |
 //! | [`Http`] | none (its server task answers requests) | |
 //!
