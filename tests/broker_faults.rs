@@ -22,7 +22,10 @@ async fn a_broker_restart_in_the_middle_of_a_firing_loses_and_wedges_nothing() {
     let due_at = common::millis(Utc::now() + chrono::Duration::seconds(6));
     let ids: Vec<String> = (0..10_000).map(|i| format!("burst-{i}")).collect();
     client.schedule_many("acme", &ids, due_at).await;
-    assert!(Utc::now() < due_at, "scheduling took longer than the lead time");
+    assert!(
+        Utc::now() < due_at,
+        "scheduling took longer than the lead time"
+    );
 
     // The restart lands while the burst is being published: right after its first event.
     let mut live = client

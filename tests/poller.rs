@@ -156,14 +156,20 @@ async fn a_wake_up_that_comes_while_the_window_is_full_is_served_once_batches_se
     let count = window(100) - 1;
     let commands = (0..count)
         .map(|i| {
-            let due = now - chrono::Duration::seconds(60) + chrono::Duration::milliseconds(i as i64);
+            let due =
+                now - chrono::Duration::seconds(60) + chrono::Duration::milliseconds(i as i64);
             common::schedule_at("acme", &format!("t-{i:05}"), i as u64 + 1, due)
         })
         .collect();
     persistence.apply(commands).await.unwrap();
     let later = now + chrono::Duration::seconds(2);
     persistence
-        .apply(vec![common::schedule_at("acme", "later", count as u64 + 1, later)])
+        .apply(vec![common::schedule_at(
+            "acme",
+            "later",
+            count as u64 + 1,
+            later,
+        )])
         .await
         .unwrap();
 

@@ -659,8 +659,15 @@ async fn a_database_of_the_previous_schema_is_upgraded_with_its_timers() {
 /// One step of the property test: a command for key `k<key>`, or a firing round.
 #[derive(Debug, Clone)]
 enum Step {
-    Schedule { key: usize, seq: u64, due: i64 },
-    Cancel { key: usize, seq: u64 },
+    Schedule {
+        key: usize,
+        seq: u64,
+        due: i64,
+    },
+    Cancel {
+        key: usize,
+        seq: u64,
+    },
     /// Everything due is claimed (picked for firing) and marked `Reached` at once.
     Fire,
     /// Everything due is claimed, and stays in flight until the next `Mark`.
@@ -850,4 +857,43 @@ async fn the_wal_is_checkpointed_from_a_second_connection_not_by_commits() {
         done.checkpointed_pages, done.wal_pages,
         "a passive checkpoint with no writer copies it all"
     );
+}
+
+/// Each incarnation of the command stream gets an epoch the first time it is met, in the
+/// order they are met; one older than a known incarnation of the same stream was deleted, and
+/// its commands cannot be ordered.
+#[tokio::test]
+async fn incarnations_of_the_command_stream_get_epochs_in_order() {
+    use timer_service::domain::StreamIncarnation;
+    let (_dir, store) = store().await;
+    let incarnation = |created_ns| StreamIncarnation {
+        name: "TIMER_COMMANDS".into(),
+        created_ns,
+    };
+    let now = at(0);
+    assert_eq!(
+        store.command_epoch(&incarnation(100), now).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        store.command_epoch(&incarnation(100), now).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        store.command_epoch(&incarnation(200), now).await.unwrap(),
+        1
+    );
+    assert!(matches!(
+        store.command_epoch(&incarnation(150), now).await,
+        Err(timer_service::persistence::StoreError::StaleStream(_))
+    ));
+    assert_eq!(
+        store.command_epoch(&incarnation(100), now).await.unwrap(),
+        0
+    );
+    let other = StreamIncarnation {
+        name: "OTHER_COMMANDS".into(),
+        created_ns: 50,
+    };
+    assert_eq!(store.command_epoch(&other, now).await.unwrap(), 2);
 }

@@ -9,6 +9,7 @@ use async_nats::jetstream::consumer;
 use chrono::Utc;
 use common::{NatsServer, Scratch, TestClient, config, eventually};
 use timer_service::Daemon;
+use timer_service::domain::TimerState;
 
 /// A downstream service starting with the daemon can create its durable consumer on the event
 /// stream before any timer has fired.
@@ -112,5 +113,66 @@ async fn streams_created_by_an_operator_are_used_as_they_are() {
         "left as created"
     );
     assert_eq!(info.config.max_age, Duration::from_secs(3600));
+    daemon.shutdown().await.unwrap();
+}
+
+/// A command stream deleted and created again numbers its commands from 1 anew; every command
+/// of the new stream is still newer than every command of the old one (CONTRACT.md §3): a
+/// cancel and a reschedule sent after the re-creation take effect, by command and by the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_of_a_re_created_command_stream_are_newer_than_the_old_ones() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    let persistence = daemon.persistence();
+    let later = common::millis(Utc::now() + chrono::Duration::hours(1));
+    // Enough commands first that the keys' sequences are well above the new stream's.
+    let fillers: Vec<String> = (0..200).map(|i| format!("filler-{i}")).collect();
+    client.schedule_many("acme", &fillers, later).await;
+    for id in ["k1", "k2", "k3"] {
+        client.schedule("acme", id, later, None).await;
+    }
+    let k3 = common::await_state(&persistence, "acme", "k3", TimerState::Scheduled).await;
+    assert!(k3.command_seq > 200, "{}", k3.command_seq);
+
+    client
+        .js
+        .delete_stream("TIMER_COMMANDS")
+        .await
+        .expect("delete the command stream");
+    // The daemon finds it gone and creates it again, numbering from 1.
+    client.wait_for_command_stream().await;
+
+    client
+        .publish_raw(
+            "timer.cmd.cancel.acme",
+            serde_json::to_vec(&timer_service::domain::command::cancel_timer_command(
+                "acme",
+                "k1",
+                "c",
+                Utc::now(),
+            ))
+            .unwrap(),
+        )
+        .await;
+    let soon = common::millis(Utc::now() + chrono::Duration::seconds(1));
+    client.schedule("acme", "k2", soon, None).await;
+    common::await_state(&persistence, "acme", "k1", TimerState::Cancelled).await;
+    let fired = client
+        .await_due("acme", "k2", Duration::from_secs(15))
+        .await;
+    assert_eq!(fired.due_at(), soon, "k2 fires at its new dueAt");
+
+    let (code, reply) = client
+        .api_request(
+            "timer.api.cancel.acme",
+            serde_json::json!({ "serviceCallId": "k3" }),
+        )
+        .await;
+    assert_eq!((code, reply["outcome"].as_str()), (None, Some("cancelled")));
+    let k3 = persistence.get("acme", "k3").await.unwrap().unwrap();
+    assert_eq!(
+        k3.state,
+        TimerState::Cancelled,
+        "the API's cancel took effect"
+    );
     daemon.shutdown().await.unwrap();
 }

@@ -4,6 +4,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_create_timer_schedules;
 mod m20261122_000002_cancel_and_claims;
+mod m20261123_000003_command_streams;
 
 pub struct Migrator;
 
@@ -13,6 +14,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261122_000001_create_timer_schedules::Migration),
             Box::new(m20261122_000002_cancel_and_claims::Migration),
+            Box::new(m20261123_000003_command_streams::Migration),
         ]
     }
 }

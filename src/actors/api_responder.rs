@@ -29,7 +29,7 @@ use crate::domain::api::{
     parse_stats_request, stats_reply,
 };
 use crate::domain::command::{cancel_timer_command, check_tenant_id, generated_correlation_id};
-use crate::domain::{Action, Command, Subjects};
+use crate::domain::{Action, Command, Subjects, command_order};
 use crate::ports::{ApiRequest, ApiServer, Clock, CommandPublisher};
 
 /// Requests handled at once; more wait for a free slot.
@@ -269,7 +269,7 @@ impl Handler {
         let envelope = cancel_timer_command(tenant_id, &service_call_id, &correlation_id, now);
         let bytes = serde_json::to_vec(&envelope)
             .map_err(|e| ApiError::internal(format!("cannot encode the CancelTimer: {e}")))?;
-        let seq = self
+        let (stream, seq) = self
             .publisher
             .publish(self.subjects.cancel(tenant_id), Bytes::from(bytes))
             .await
@@ -279,12 +279,24 @@ impl Handler {
                 ))
             })?;
         self.wait_for_earlier_commands(seq).await;
+        let not_ordered = |e: String| {
+            ApiError::internal(format!(
+                "the CancelTimer is in the command stream (sequence {seq}) and is applied from \
+                 there, but its place in the order cannot be told now: {e}"
+            ))
+        };
+        let epoch = self
+            .persistence
+            .command_epoch(stream)
+            .await
+            .map_err(|e| not_ordered(e.to_string()))?;
+        let order = command_order(epoch, seq).map_err(not_ordered)?;
         let command = Command {
             tenant_id: tenant_id.to_owned(),
             service_call_id,
             correlation_id,
             action: Action::Cancel,
-            seq,
+            seq: order,
             received_at: now,
         };
         let (outcome, timer) = self.persistence.cancel(command).await.map_err(|e| {

@@ -14,7 +14,7 @@
 //! backoff, then lets one batch at a time probe the database until one is stored, and resumes
 //! by itself. Commands wait in JetStream meanwhile, and each attempt logs one error.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,9 +27,12 @@ use super::poller::{Poller, PollerMsg};
 use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::backoff;
-use crate::domain::command::generated_correlation_id;
+use crate::domain::command::{check_tenant_id, generated_correlation_id};
 use crate::domain::events::{rejection_message_id, timer_command_rejected};
-use crate::domain::{Action, Arrival, Command, Rejection, Subjects, parse_command};
+use crate::domain::subjects::UNKNOWN_TENANT;
+use crate::domain::{
+    Action, Arrival, Command, Rejection, StreamIncarnation, Subjects, command_order, parse_command,
+};
 use crate::ports::{
     Clock, CommandSource, CommandSourceFactory, Delivery, EventBus, InboundCommand, OutgoingEvent,
 };
@@ -103,6 +106,8 @@ pub struct CommandHandlerState {
     /// of a batch that was not.
     stored_any: bool,
     store_failure: Option<String>,
+    /// The epoch of each incarnation of the command stream met (see `domain::order`).
+    epochs: HashMap<StreamIncarnation, u32>,
 }
 
 pub enum CommandHandlerMsg {
@@ -131,6 +136,7 @@ impl Actor for CommandHandler {
             failed_stores: 0,
             stored_any: false,
             store_failure: None,
+            epochs: HashMap::new(),
         })
     }
 
@@ -230,16 +236,38 @@ impl Actor for CommandHandler {
 }
 
 /// Validates one pulled batch: rejections are reported and settled at once, accepted commands
-/// join the gathered ones for the next transaction.
+/// join the gathered ones for the next transaction. Each command is ordered by its stream
+/// incarnation's epoch and its sequence there; the commands of an incarnation whose epoch
+/// cannot be had now (the database fails) are handed back to the broker, as a failed store.
 async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundCommand>) {
+    learn_epochs(state, &commands).await;
     let args = &state.args;
     let now = args.clock.now();
     let mut accepted: Vec<Command> = Vec::with_capacity(commands.len());
     let mut to_ack: Vec<Box<dyn Delivery>> = Vec::with_capacity(commands.len());
-    let mut rejected: Vec<(InboundCommand, Rejection)> = Vec::new();
+    let mut rejected: Vec<(InboundCommand, Rejection, u64)> = Vec::new();
+    let mut unordered: Vec<InboundCommand> = Vec::new();
     for command in commands {
+        let Some(epoch) = state.epochs.get(&*command.stream).copied() else {
+            unordered.push(command);
+            continue;
+        };
+        let order = match command_order(epoch, command.sequence) {
+            Ok(order) => order,
+            Err(reason) => {
+                let tenant_id = args
+                    .subjects
+                    .command_tenant(&command.subject)
+                    .filter(|t| check_tenant_id(t).is_ok())
+                    .unwrap_or(UNKNOWN_TENANT)
+                    .to_owned();
+                let id = command.sequence;
+                rejected.push((command, Rejection { tenant_id, reason }, id));
+                continue;
+            }
+        };
         let arrival = Arrival {
-            seq: command.sequence,
+            seq: order,
             at: now,
         };
         match parse_command(
@@ -254,14 +282,50 @@ async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundComm
                 accepted.push(accepted_command);
                 to_ack.push(command.delivery);
             }
-            Err(rejection) => rejected.push((command, rejection)),
+            Err(rejection) => rejected.push((command, rejection, order)),
         }
     }
     if !rejected.is_empty() {
         reject(args, rejected).await;
     }
+    if !unordered.is_empty() {
+        let deliveries: Vec<Box<dyn Delivery>> =
+            unordered.into_iter().map(|c| c.delivery).collect();
+        let cause = hand_back(&deliveries, "their stream's epoch is unknown".into()).await;
+        if let Err(cause) = cause {
+            state.store_failure = Some(cause);
+        }
+    }
     state.gathered.extend(accepted);
     state.gathered_deliveries.extend(to_ack);
+}
+
+/// Learns the epoch of each stream incarnation in `commands` not met before (one
+/// Persistence call per new incarnation: once per stream creation, not per command).
+async fn learn_epochs(state: &mut CommandHandlerState, commands: &[InboundCommand]) {
+    for command in commands {
+        if state.epochs.contains_key(&*command.stream) {
+            continue;
+        }
+        let stream = (*command.stream).clone();
+        match state
+            .args
+            .registry
+            .persistence()
+            .command_epoch(stream.clone())
+            .await
+        {
+            Ok(epoch) => {
+                tracing::debug!(actor = "command_handler", stream = %stream, epoch, "command stream epoch");
+                state.epochs.insert(stream, epoch);
+            }
+            Err(e) => {
+                tracing::warn!(actor = "command_handler", stream = %stream, error = %e,
+                    "cannot order the commands of this stream now; the broker will redeliver them");
+                return;
+            }
+        }
+    }
 }
 
 /// Hands what is gathered to Persistence as one transaction, when the pipeline has room; also
@@ -410,10 +474,10 @@ async fn hand_back(to_ack: &[Box<dyn Delivery>], cause: String) -> Stored {
 }
 
 /// Reports each refused command on the rejection subject, then terminates it on the broker.
-async fn reject(args: &CommandHandlerArgs, rejected: Vec<(InboundCommand, Rejection)>) {
+async fn reject(args: &CommandHandlerArgs, rejected: Vec<(InboundCommand, Rejection, u64)>) {
     let now = args.clock.now();
     let mut events = Vec::with_capacity(rejected.len());
-    for (command, rejection) in &rejected {
+    for (command, rejection, order) in &rejected {
         tracing::warn!(actor = "command_handler", tenant_id = %rejection.tenant_id,
             subject = %command.subject, sequence = command.sequence, reason = %rejection.reason,
             "command rejected");
@@ -427,7 +491,7 @@ async fn reject(args: &CommandHandlerArgs, rejected: Vec<(InboundCommand, Reject
         match serde_json::to_vec(&envelope) {
             Ok(payload) => events.push(OutgoingEvent {
                 subject: args.subjects.rejected(&rejection.tenant_id),
-                message_id: rejection_message_id(command.sequence),
+                message_id: rejection_message_id(*order),
                 payload: payload.into(),
             }),
             Err(e) => tracing::error!(actor = "command_handler", error = %e,
@@ -440,7 +504,12 @@ async fn reject(args: &CommandHandlerArgs, rejected: Vec<(InboundCommand, Reject
                 "rejection event not published; the rejection stays in this log only");
         }
     }
-    join_all(rejected.iter().map(|(command, _)| command.delivery.term())).await;
+    join_all(
+        rejected
+            .iter()
+            .map(|(command, _, _)| command.delivery.term()),
+    )
+    .await;
     metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "rejected")
         .increment(rejected.len() as u64);
 }

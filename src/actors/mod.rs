@@ -14,7 +14,7 @@
 //! | actor | messages | who sends them |
 //! | --- | --- | --- |
 //! | [`Supervisor`] | `Restart(name)`, `Shutdown`, `InjectFault(name)` | itself (after a backoff), the daemon |
-//! | [`Persistence`] | `Apply`, `ClaimDue`, `MarkReached`, `Get`, `List`, `Stats`, `Cancel`, `DeleteFinished` (each one transaction, replied); `Probe`, `CatchUpWal` | everyone, through [`PersistenceClient`]; its own interval; the Checkpointer |
+//! | [`Persistence`] | `Apply`, `ClaimDue`, `MarkReached`, `Get`, `List`, `Stats`, `Cancel`, `CommandEpoch`, `DeleteFinished` (each one transaction, replied); `Probe`, `CatchUpWal` | everyone, through [`PersistenceClient`]; its own interval; the Checkpointer |
 //! | [`Checkpointer`] | `Checkpoint` | its own interval |
 //! | [`Poller`] | `Tick`, `Wake`, `WakeAt(instant)`, `BatchPublished` | its interval and wake-ups, the CommandHandler, its publishing tasks |
 //! | [`CommandHandler`] | `Fetch` | itself (one pull after another) |

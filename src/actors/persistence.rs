@@ -26,7 +26,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
-use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, Timer};
+use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use crate::health::Health;
 use crate::persistence::db::DatabaseTarget;
 use crate::persistence::{Claimant, DueBatch, Store, StoreError};
@@ -96,6 +96,11 @@ pub enum PersistenceMsg {
     Cancel {
         command: Command,
         reply: Reply<(CancelOutcome, Option<Timer>)>,
+    },
+    /// The epoch of an incarnation of the command stream, recorded the first time it is met.
+    CommandEpoch {
+        stream: StreamIncarnation,
+        reply: Reply<u32>,
     },
     /// Delete up to `limit` timers finished before `cutoff` (retention).
     DeleteFinished {
@@ -219,6 +224,10 @@ impl Actor for Persistence {
             PersistenceMsg::Cancel { command, reply } => {
                 run!(state, Op::Write, "cancel", 1, reply, |store| store
                     .cancel(&command))
+            }
+            PersistenceMsg::CommandEpoch { stream, reply } => {
+                run!(state, Op::Write, "command_epoch", 1, reply, |store| store
+                    .command_epoch(&stream, Utc::now()))
             }
             PersistenceMsg::DeleteFinished {
                 cutoff,
@@ -451,6 +460,11 @@ impl PersistenceClient {
             reply,
         })
         .await
+    }
+
+    pub async fn command_epoch(&self, stream: StreamIncarnation) -> Result<u32, CallError> {
+        self.call(|reply| PersistenceMsg::CommandEpoch { stream, reply })
+            .await
     }
 
     pub async fn delete_finished(

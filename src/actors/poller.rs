@@ -359,7 +359,15 @@ fn spawn_publish(
     let subjects = args.subjects.clone();
     let (outcome, receiver) = ractor::concurrency::oneshot();
     tokio::spawn(async move {
-        let published = publish(bus.as_ref(), clock.as_ref(), &subjects, due, reached_at, started).await;
+        let published = publish(
+            bus.as_ref(),
+            clock.as_ref(),
+            &subjects,
+            due,
+            reached_at,
+            started,
+        )
+        .await;
         if outcome.send(published).is_ok() {
             let _ = myself.cast(PollerMsg::BatchPublished);
         }

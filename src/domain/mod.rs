@@ -4,6 +4,7 @@ pub mod api;
 pub mod command;
 pub mod envelope;
 pub mod events;
+pub mod order;
 pub mod subjects;
 pub mod timer;
 pub mod timestamp;
@@ -11,6 +12,7 @@ pub mod timestamp;
 pub use command::{Arrival, CancelTimerPayload, Rejection, ScheduleTimerPayload, parse_command};
 pub use envelope::MessageEnvelope;
 pub use events::{DueTimeReached, TimerCommandRejected};
+pub use order::{StreamIncarnation, command_order};
 pub use subjects::{CommandKind, Subjects};
 pub use timer::{
     Action, CancelOutcome, Command, DuePosition, DueTimer, Timer, TimerKey, TimerState,

@@ -13,9 +13,9 @@ use bytes::Bytes;
 use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
 
-use super::streams::BrokerNames;
-use crate::domain::Subjects;
+use super::streams::{BrokerNames, incarnation};
 use crate::domain::api::{ApiError, Verb};
+use crate::domain::{StreamIncarnation, Subjects};
 use crate::ports::{ApiReply, ApiRequest, ApiServer, BusError, CommandPublisher};
 
 /// The service name in discovery (`nats micro ls`).
@@ -136,7 +136,15 @@ impl JetStreamCommandPublisher {
 
 #[async_trait]
 impl CommandPublisher for JetStreamCommandPublisher {
-    async fn publish(&self, subject: String, payload: Bytes) -> Result<u64, BusError> {
+    /// The incarnation is read before and after the publish: the same both times, it is the
+    /// one that stored the command; otherwise the stream was created anew meanwhile and the
+    /// command's place in the order cannot be told, which is an error.
+    async fn publish(
+        &self,
+        subject: String,
+        payload: Bytes,
+    ) -> Result<(StreamIncarnation, u64), BusError> {
+        let before = incarnation(&self.js, &self.names.command_stream).await?;
         let ack = self
             .js
             .publish(subject, payload)
@@ -144,7 +152,13 @@ impl CommandPublisher for JetStreamCommandPublisher {
             .map_err(|e| BusError(format!("publish failed: {e}")))?
             .await
             .map_err(|e| BusError(format!("no PubAck: {e}")))?;
-        Ok(ack.sequence)
+        let after = incarnation(&self.js, &self.names.command_stream).await?;
+        if before != after {
+            return Err(BusError(format!(
+                "the command stream was created anew while the command was published ({before}, then {after})"
+            )));
+        }
+        Ok((after, ack.sequence))
     }
 
     /// The command consumer's ack floor: every command up to it is acknowledged or terminated.

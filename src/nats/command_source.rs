@@ -3,13 +3,15 @@
 //! request per wait and a busy one delivers many batches per round trip; each call still hands
 //! out one batch at most.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind, consumer::PullConsumer, consumer::pull::Batch};
 use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
 
-use super::streams::{BrokerNames, ensure_broker_objects};
+use super::streams::{BrokerNames, ensure_broker_objects, incarnation};
+use crate::domain::StreamIncarnation;
 use crate::ports::{BusError, CommandSource, CommandSourceFactory, Delivery, InboundCommand};
 
 /// Beyond a pull request's own expiry, how long to wait for the broker to close it before
@@ -30,6 +32,8 @@ pub struct JetStreamCommandSource {
     /// The open pull request, if any (messages may still arrive on it), and the instant by
     /// which the broker must have closed it (its expiry plus [`REQUEST_GRACE`]).
     request: Option<(Batch, tokio::time::Instant)>,
+    /// The incarnation of the command stream the open request reads from.
+    stream: Option<Arc<StreamIncarnation>>,
 }
 
 impl JetStreamCommandSource {
@@ -39,6 +43,7 @@ impl JetStreamCommandSource {
             names,
             consumer: None,
             request: None,
+            stream: None,
         }
     }
 
@@ -63,6 +68,16 @@ impl JetStreamCommandSource {
     fn reset(&mut self) {
         self.consumer = None;
         self.request = None;
+        self.stream = None;
+    }
+
+    /// The incarnation of the command stream that serves a pull request opened before this
+    /// call. A request goes to the consumer of that name as it is when the request arrives;
+    /// asked afterwards, the stream is that one or a newer one (which would have ended the
+    /// request by deleting its consumer), never an older one: so the messages of the request
+    /// are never taken for a newer incarnation's.
+    async fn incarnation(&self) -> Result<StreamIncarnation, BusError> {
+        incarnation(&self.js, &self.names.command_stream).await
     }
 
     async fn open_request(&mut self, max: usize, wait: Duration) -> Result<(), BusError> {
@@ -76,10 +91,19 @@ impl JetStreamCommandSource {
                 .messages()
                 .await
                 .map_err(|e| BusError(format!("pull request failed: {e}")));
-            match batch {
-                Ok(batch) => {
-                    let answer_by = tokio::time::Instant::now() + wait + REQUEST_GRACE;
-                    self.request = Some((batch, answer_by))
+            let answer_by = tokio::time::Instant::now() + wait + REQUEST_GRACE;
+            let opened = match batch {
+                Ok(batch) => self.incarnation().await.map(|stream| (batch, stream)),
+                Err(e) => Err(e),
+            };
+            match opened {
+                Ok((batch, stream)) => {
+                    if self.stream.as_deref() != Some(&stream) {
+                        tracing::info!(actor = "command_handler", stream = %stream,
+                            "reading the command stream");
+                        self.stream = Some(Arc::new(stream));
+                    }
+                    self.request = Some((batch, answer_by));
                 }
                 Err(e) => {
                     self.reset();
@@ -98,7 +122,7 @@ impl JetStreamCommandSource {
                 break;
             };
             match batch.next().now_or_never() {
-                Some(Some(Ok(message))) => pending = push(out, message),
+                Some(Some(Ok(message))) => pending = push(out, message, &self.stream),
                 Some(Some(Err(e))) => {
                     tracing::warn!(actor = "command_handler", error = %e, "pull request ended with an error");
                     self.request = None;
@@ -111,10 +135,21 @@ impl JetStreamCommandSource {
     }
 }
 
-/// Appends a delivered message; returns the broker's count of commands pending behind it.
-fn push(out: &mut Vec<InboundCommand>, message: jetstream::Message) -> u64 {
+/// Appends a delivered message of `stream`; returns the broker's count of commands pending
+/// behind it.
+fn push(
+    out: &mut Vec<InboundCommand>,
+    message: jetstream::Message,
+    stream: &Option<Arc<StreamIncarnation>>,
+) -> u64 {
     let pending = message.info().map(|i| i.pending).unwrap_or(0);
-    out.extend(inbound(message));
+    match stream {
+        Some(stream) => out.extend(inbound(message, stream.clone())),
+        None => tracing::error!(
+            actor = "command_handler",
+            "a command arrived on no known stream; the broker will redeliver it"
+        ),
+    }
     pending
 }
 
@@ -136,7 +171,7 @@ impl CommandSource for JetStreamCommandSource {
         let first_wait = tokio::time::Instant::now() + wait;
         let mut pending =
             match tokio::time::timeout_at(first_wait.min(answer_by), batch.next()).await {
-                Ok(Some(Ok(message))) => push(&mut out, message),
+                Ok(Some(Ok(message))) => push(&mut out, message, &self.stream),
                 Ok(Some(Err(e))) => {
                     self.reset();
                     return Err(BusError(format!("pull request failed: {e}")));
@@ -162,7 +197,7 @@ impl CommandSource for JetStreamCommandSource {
                 break;
             };
             match tokio::time::timeout(FILL_WAIT, batch.next()).await {
-                Ok(Some(Ok(message))) => pending = push(&mut out, message),
+                Ok(Some(Ok(message))) => pending = push(&mut out, message, &self.stream),
                 Ok(Some(Err(_))) | Ok(None) => {
                     self.request = None;
                     break;
@@ -178,7 +213,7 @@ impl CommandSource for JetStreamCommandSource {
         while let Some((batch, answer_by)) = self.request.as_mut() {
             match tokio::time::timeout_at(*answer_by, batch.next()).await {
                 Ok(Some(Ok(message))) => {
-                    push(&mut out, message);
+                    push(&mut out, message, &self.stream);
                 }
                 Ok(Some(Err(_))) | Ok(None) | Err(_) => self.request = None,
             }
@@ -189,7 +224,7 @@ impl CommandSource for JetStreamCommandSource {
 
 /// Wraps a delivered message; a message without JetStream metadata cannot be ordered and is
 /// terminated.
-fn inbound(message: jetstream::Message) -> Option<InboundCommand> {
+fn inbound(message: jetstream::Message, stream: Arc<StreamIncarnation>) -> Option<InboundCommand> {
     let sequence = match message.info() {
         Ok(info) => info.stream_sequence,
         Err(e) => {
@@ -206,6 +241,7 @@ fn inbound(message: jetstream::Message) -> Option<InboundCommand> {
         subject: message.subject.to_string(),
         payload: message.payload,
         sequence,
+        stream,
         delivery: Box::new(JetStreamDelivery(acker)),
     })
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 
-use crate::domain::Subjects;
+use crate::domain::{StreamIncarnation, Subjects};
+use crate::ports::BusError;
 
 /// The broker objects of one deployment (CONTRACT.md §2) and how the service creates them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,4 +107,22 @@ pub async fn ensure_event_stream(
             ..Default::default()
         })
         .await?)
+}
+
+/// The incarnation of stream `name` now: its creation instant tells it from a stream of the
+/// same name deleted before or created after.
+pub async fn incarnation(
+    js: &jetstream::Context,
+    name: &str,
+) -> Result<StreamIncarnation, BusError> {
+    let stream = js
+        .get_stream(name)
+        .await
+        .map_err(|e| BusError(format!("stream {name} unavailable: {e}")))?;
+    let created_ns = i64::try_from(stream.cached_info().created.unix_timestamp_nanos())
+        .map_err(|e| BusError(format!("stream {name}: creation time out of range: {e}")))?;
+    Ok(StreamIncarnation {
+        name: name.to_owned(),
+        created_ns,
+    })
 }

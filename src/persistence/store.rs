@@ -24,13 +24,15 @@ use sea_orm::{
     TransactionTrait,
 };
 
-use super::daemons;
 use super::db::{DatabaseTarget, FileIdentity, Synchronous, checkpoint, connect, free_bytes};
 use super::entity::{self, Column, Entity};
+use super::{command_streams, daemons};
 use crate::domain::api::{ListCursor, ListFilter, ListPage, TenantStats};
 use crate::domain::timer::rounds;
 use crate::domain::timestamp::{format_utc, parse_stored};
-use crate::domain::{Action, CancelOutcome, Command, DuePosition, DueTimer, Timer, TimerState};
+use crate::domain::{
+    Action, CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer, TimerState,
+};
 
 /// Rows per statement: 11 bound values per upserted row stays far below SQLite's limit of
 /// 32,766 variables.
@@ -61,6 +63,10 @@ pub enum StoreError {
     Unavailable(String),
     #[error("database file {path} was removed or replaced while open: {reason}")]
     FileMoved { path: PathBuf, reason: String },
+    #[error(
+        "commands of {0} cannot be ordered: a newer incarnation of that stream is known (this one was deleted)"
+    )]
+    StaleStream(StreamIncarnation),
     #[error("stored row ({tenant_id}, {service_call_id}) is unreadable: {reason}")]
     CorruptRow {
         tenant_id: String,
@@ -77,7 +83,10 @@ impl StoreError {
     /// inside a transaction that never committed, and every later "commit" wrote nothing to
     /// disk while reporting success. Closing the connection rolls back whatever is open.
     pub fn needs_reopen(&self) -> bool {
-        !matches!(self, StoreError::CorruptRow { .. })
+        !matches!(
+            self,
+            StoreError::CorruptRow { .. } | StoreError::StaleStream(_)
+        )
     }
 }
 
@@ -194,6 +203,60 @@ impl Store {
             Ok(written)
         })
         .await
+    }
+
+    /// The epoch of an incarnation of the command stream (see [`crate::domain::order`]): the
+    /// one recorded for it, or, the first time it is met, the next one. An incarnation older
+    /// than one already known for the same stream name was deleted since: its commands cannot
+    /// be ordered after the newer one's, and are refused. One durable transaction.
+    pub async fn command_epoch(
+        &self,
+        stream: &StreamIncarnation,
+        now: DateTime<Utc>,
+    ) -> Result<u32, StoreError> {
+        use command_streams::{Column as C, Entity as Streams};
+        let epoch: i64 = self
+            .durable(async {
+                let txn = self.db.begin().await?;
+                let known = Streams::find_by_id((stream.name.clone(), stream.created_ns))
+                    .one(&txn)
+                    .await?;
+                if let Some(known) = known {
+                    txn.commit().await?;
+                    return Ok(known.epoch);
+                }
+                let newest: Option<Option<i64>> = Streams::find()
+                    .select_only()
+                    .column_as(C::CreatedNs.max(), "newest")
+                    .filter(C::StreamName.eq(stream.name.as_str()))
+                    .into_tuple()
+                    .one(&txn)
+                    .await?;
+                if newest.flatten().is_some_and(|newest| newest > stream.created_ns) {
+                    txn.rollback().await?;
+                    return Err(StoreError::StaleStream(stream.clone()));
+                }
+                let next: Option<Option<i64>> = Streams::find()
+                    .select_only()
+                    .column_as(C::Epoch.max(), "latest")
+                    .into_tuple()
+                    .one(&txn)
+                    .await?;
+                let epoch = next.flatten().map_or(0, |latest| latest + 1);
+                Streams::insert(command_streams::ActiveModel {
+                    stream_name: Set(stream.name.clone()),
+                    created_ns: Set(stream.created_ns),
+                    epoch: Set(epoch),
+                    seen_at: Set(format_utc(now)),
+                })
+                .exec_without_returning(&txn)
+                .await?;
+                txn.commit().await?;
+                tracing::info!(stream = %stream, epoch, "a new incarnation of the command stream: its commands order after every earlier one");
+                Ok(epoch)
+            })
+            .await?;
+        u32::try_from(epoch).map_err(|e| StoreError::Unavailable(format!("epoch {epoch}: {e}")))
     }
 
     /// Applies one `CancelTimer` already ordered in the command stream (`command.seq` is its
@@ -756,6 +819,10 @@ impl Store {
     }
 }
 
+/// A cancel meeting a timer claimed for firing, in the conflict clause of [`apply_in`].
+const REFUSED_CANCEL: &str = "(excluded.state = 'Cancelled' \
+     AND timer_schedules.state = 'Scheduled' AND timer_schedules.claimed_by IS NOT NULL)";
+
 /// Applies commands in their rounds (see [`rounds`]: at most one command per key in a round,
 /// rounds in stream order), one multi-row statement per round, inside a transaction or, when
 /// that is one statement, on its own.
@@ -769,10 +836,6 @@ impl Store {
 /// - otherwise the state is the command's, the sequence is remembered, a schedule brings its
 ///   `dueAt` and correlation id and releases any claim, a cancel keeps the timer's own `dueAt`
 ///   and correlation id and the time of the first cancel.
-/// A cancel meeting a timer claimed for firing, in the conflict clause of [`apply_in`].
-const REFUSED_CANCEL: &str = "(excluded.state = 'Cancelled' \
-     AND timer_schedules.state = 'Scheduled' AND timer_schedules.claimed_by IS NOT NULL)";
-
 async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Result<u64, DbErr> {
     let mut written = 0;
     for mut round in rounds {

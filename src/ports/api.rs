@@ -6,6 +6,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 
 use super::event_bus::BusError;
+use crate::domain::StreamIncarnation;
 use crate::domain::api::ApiError;
 
 /// One request to the API.
@@ -29,10 +30,15 @@ pub trait ApiServer: Send + Sync + 'static {
     async fn start(&self) -> Result<BoxStream<'static, ApiRequest>, BusError>;
 }
 
-/// Publishes a command to the command stream, returning its stream sequence once stored.
+/// Publishes a command to the command stream, returning, once stored, the incarnation of the
+/// stream that stored it and its sequence there.
 #[async_trait]
 pub trait CommandPublisher: Send + Sync + 'static {
-    async fn publish(&self, subject: String, payload: Bytes) -> Result<u64, BusError>;
+    async fn publish(
+        &self,
+        subject: String,
+        payload: Bytes,
+    ) -> Result<(StreamIncarnation, u64), BusError>;
 
     /// The stream sequence up to which every command has been handled (stored or refused).
     async fn handled_through(&self) -> Result<u64, BusError>;

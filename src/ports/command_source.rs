@@ -1,12 +1,14 @@
 //! `CommandSource` port: how commands enter the service, each with a handle to settle it with
 //! the broker once the service has decided its fate.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::event_bus::BusError;
+use crate::domain::StreamIncarnation;
 
 /// Settles one delivered command with the broker.
 #[async_trait]
@@ -23,8 +25,12 @@ pub trait Delivery: Send + Sync {
 pub struct InboundCommand {
     pub subject: String,
     pub payload: Bytes,
-    /// The broker's sequence for this command: orders commands for one key.
+    /// The broker's sequence for this command in its stream incarnation: with the
+    /// incarnation's epoch, orders commands for one key.
     pub sequence: u64,
+    /// The incarnation of the command stream that delivered it (a stream deleted and created
+    /// again numbers from 1 anew).
+    pub stream: Arc<StreamIncarnation>,
     pub delivery: Box<dyn Delivery>,
 }
 
@@ -33,6 +39,7 @@ impl std::fmt::Debug for InboundCommand {
         f.debug_struct("InboundCommand")
             .field("subject", &self.subject)
             .field("sequence", &self.sequence)
+            .field("stream", &self.stream)
             .field("bytes", &self.payload.len())
             .finish()
     }
