@@ -17,6 +17,11 @@ use crate::ports::{BusError, CommandSource, CommandSourceFactory, Delivery, Inbo
 /// Beyond a pull request's own expiry, how long to wait for the broker to close it before
 /// giving up on the request (the broker may be gone).
 const REQUEST_GRACE: Duration = Duration::from_secs(2);
+/// Shortest life of a pull request. A call that waits only a millisecond (while commands are
+/// gathered for the next commit) still opens a request that the next calls go on reading:
+/// one that expired within a millisecond went unanswered now and then under a burst
+/// (nats-server 2.9 sent no timeout for it), and each such request cost its grace.
+const REQUEST_EXPIRES_AT_LEAST: Duration = Duration::from_millis(250);
 /// While the broker reports more commands pending, how long to wait for the next one to fill
 /// the batch. They are already on their way, so this is only a guard against a stalled server.
 const FILL_WAIT: Duration = Duration::from_millis(20);
@@ -87,11 +92,12 @@ impl JetStreamCommandSource {
                 .await?
                 .batch()
                 .max_messages(max.max(REQUEST_AT_LEAST))
-                .expires(wait)
+                .expires(wait.max(REQUEST_EXPIRES_AT_LEAST))
                 .messages()
                 .await
                 .map_err(|e| BusError(format!("pull request failed: {e}")));
-            let answer_by = tokio::time::Instant::now() + wait + REQUEST_GRACE;
+            let answer_by =
+                tokio::time::Instant::now() + wait.max(REQUEST_EXPIRES_AT_LEAST) + REQUEST_GRACE;
             let opened = match batch {
                 Ok(batch) => self.incarnation().await.map(|stream| (batch, stream)),
                 Err(e) => Err(e),
@@ -182,8 +188,14 @@ impl CommandSource for JetStreamCommandSource {
                 }
                 Err(_) if tokio::time::Instant::now() < answer_by => return Ok(out),
                 Err(_) => {
-                    self.reset();
-                    return Err(BusError("pull request was never answered".into()));
+                    // The broker let the request lapse without a word. Nothing is wrong with
+                    // the consumer: a new request, at once, goes on reading it.
+                    tracing::debug!(
+                        actor = "command_handler",
+                        "pull request never answered; opening another"
+                    );
+                    self.request = None;
+                    return Ok(out);
                 }
             };
         // Fill the batch while the broker says more are pending and the request has room:

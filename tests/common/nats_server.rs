@@ -49,6 +49,8 @@ pub fn nats_server_bin() -> PathBuf {
 /// A `nats-server` with JetStream on a free port and its own storage directory, killed on drop.
 pub struct NatsServer {
     pub port: u16,
+    /// The `nats-server` binary run.
+    bin: PathBuf,
     store: TempDir,
     /// A configuration file to start from, instead of command-line flags.
     config: Option<PathBuf>,
@@ -60,6 +62,17 @@ impl NatsServer {
         Self::start_with(None::<fn(u16, &std::path::Path) -> String>)
     }
 
+    /// A server run from the binary at `bin` (another version than `NATS_SERVER_BIN`).
+    pub fn start_bin(bin: PathBuf) -> Self {
+        let mut server = Self::new(
+            nats_server_bin(),
+            None::<fn(u16, &std::path::Path) -> String>,
+        );
+        server.bin = bin;
+        server.spawn();
+        server
+    }
+
     /// A server started from the configuration `config(port, store_dir)` returns (which must
     /// listen on that port and keep JetStream in that directory).
     pub fn start_with_config(config: impl FnOnce(u16, &std::path::Path) -> String) -> Self {
@@ -67,6 +80,12 @@ impl NatsServer {
     }
 
     fn start_with(config: Option<impl FnOnce(u16, &std::path::Path) -> String>) -> Self {
+        let mut server = Self::new(nats_server_bin(), config);
+        server.spawn();
+        server
+    }
+
+    fn new(bin: PathBuf, config: Option<impl FnOnce(u16, &std::path::Path) -> String>) -> Self {
         let port = free_port();
         let store = tempfile::tempdir().expect("tempdir");
         let config = config.map(|config| {
@@ -75,20 +94,19 @@ impl NatsServer {
             std::fs::write(&path, text).expect("write the server configuration");
             path
         });
-        let mut server = Self {
+        Self {
             port,
+            bin,
             store,
             config,
             child: None,
-        };
-        server.spawn();
-        server
+        }
     }
 
     fn spawn(&mut self) {
         let log =
             std::fs::File::create(self.store.path().join("nats-server.log")).expect("log file");
-        let mut command = Command::new(nats_server_bin());
+        let mut command = Command::new(&self.bin);
         match &self.config {
             Some(config) => command.arg("-c").arg(config),
             None => command
