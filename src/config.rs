@@ -28,6 +28,35 @@ pub const ENV_PREFIX: &str = "TIMER_";
 /// in `[<section>]`, anything else a top-level key.
 const SECTIONS: &[&str] = &["nats", "sqlite", "supervisor", "http", "log", "retention"];
 
+/// Something in the configuration worth an operator's attention that does not stop start-up.
+/// Loading happens before logging is set up, so these are handed back to be logged after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigWarning {
+    /// An environment variable that starts with `TIMER_` but names no setting: ignored, since
+    /// the environment is not only ours (Kubernetes injects `TIMER_SERVICE_HOST`, `TIMER_PORT`…
+    /// for a Service named `timer`). Only its name is kept, never its value.
+    UnknownVariable(String),
+}
+
+impl ConfigWarning {
+    /// Logs the warning (once logging is set up).
+    pub fn log(&self) {
+        match self {
+            Self::UnknownVariable(variable) => tracing::warn!(
+                variable = %variable,
+                "environment variable names no setting; ignored"
+            ),
+        }
+    }
+}
+
+/// A configuration and what was noticed while loading it.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<ConfigWarning>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{0}")]
@@ -327,17 +356,50 @@ fn env_key(key: &UncasedStr) -> figment::value::Uncased<'_> {
     lower.into()
 }
 
+/// The key path of an unknown field, when the field came from an environment variable (an
+/// unknown key in the file is an error; in the environment it is someone else's variable).
+fn unknown_env_key(error: &figment::Error) -> Option<String> {
+    let from_env = error
+        .metadata
+        .as_ref()
+        .is_some_and(|m| m.name.contains("environment"));
+    match &error.kind {
+        figment::error::Kind::UnknownField(..) if from_env => {
+            Some(error.path.join(".").to_ascii_lowercase())
+        }
+        _ => None,
+    }
+}
+
+/// The environment variable that sets the key path `key` (the inverse of [`env_key`]).
+fn env_variable(key: &str) -> String {
+    format!("{ENV_PREFIX}{}", key.replace('.', "_").to_ascii_uppercase())
+}
+
 impl Config {
-    /// Reads `path` (defaults when it does not exist), then the process environment.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        // Keys left out take their serde defaults (`Config::default()`), so an old key name
-        // (`busy_timeout_ms`) in a file never meets a default of its new name.
-        let figment = Figment::new()
-            .merge(Toml::file(path))
-            .merge(Env::prefixed(ENV_PREFIX).map(env_key));
-        let config: Config = figment
-            .extract()
-            .map_err(|e| ConfigError::Load(describe(e)))?;
+    /// Reads `path` (defaults when it does not exist), then the process environment. An
+    /// environment variable that names no setting is left out and reported as a warning.
+    pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+        // serde stops at the first unknown field, so each unknown variable found is left out
+        // and the rest read again: at most one pass per `TIMER_*` variable.
+        let mut ignored: Vec<String> = Vec::new();
+        let (figment, config) = loop {
+            let skip = ignored.clone();
+            // Keys left out take their serde defaults (`Config::default()`), so an old key name
+            // (`busy_timeout_ms`) in a file never meets a default of its new name.
+            let figment = Figment::new().merge(Toml::file(path)).merge(
+                Env::prefixed(ENV_PREFIX)
+                    .map(env_key)
+                    .filter(move |key| !skip.iter().any(|k| key == k.as_str())),
+            );
+            match figment.extract::<Config>() {
+                Ok(config) => break (figment, config),
+                Err(e) => match unknown_env_key(&e) {
+                    Some(key) if !ignored.contains(&key) => ignored.push(key),
+                    _ => return Err(ConfigError::Load(describe(e))),
+                },
+            }
+        };
         config.validate().map_err(|(setting, message)| {
             let source = match figment.find_metadata(setting) {
                 Some(m) if m.name.contains("environment") => format!(
@@ -357,7 +419,11 @@ impl Config {
                 message,
             }
         })?;
-        Ok(config)
+        let warnings = ignored
+            .iter()
+            .map(|key| ConfigWarning::UnknownVariable(env_variable(key)))
+            .collect();
+        Ok(Loaded { config, warnings })
     }
 
     /// Where the timers are kept: PostgreSQL when `database_url` is set, else the SQLite file.
@@ -527,7 +593,83 @@ mod tests {
     type Case<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)], &'a [&'a str]);
 
     fn load_in(jail: &Jail) -> Result<Config, String> {
-        Config::load(&jail.directory().join("config.toml")).map_err(|e| e.to_string())
+        Config::load(&jail.directory().join("config.toml"))
+            .map(|loaded| loaded.config)
+            .map_err(|e| e.to_string())
+    }
+
+    /// What Kubernetes puts in the environment of every pod next to a Service named `timer`.
+    const KUBERNETES_SERVICE_VARIABLES: &[(&str, &str)] = &[
+        ("TIMER_SERVICE_HOST", "10.96.0.12"),
+        ("TIMER_SERVICE_PORT", "4222"),
+        ("TIMER_PORT", "tcp://10.96.0.12:4222"),
+        ("TIMER_PORT_4222_TCP", "tcp://10.96.0.12:4222"),
+        ("TIMER_PORT_4222_TCP_PROTO", "tcp"),
+        ("TIMER_PORT_4222_TCP_PORT", "4222"),
+        ("TIMER_PORT_4222_TCP_ADDR", "10.96.0.12"),
+    ];
+
+    #[test]
+    fn unknown_environment_variables_are_ignored_and_reported_by_name() {
+        Jail::expect_with(|jail| {
+            for (key, value) in KUBERNETES_SERVICE_VARIABLES {
+                jail.set_env(key, value);
+            }
+            jail.set_env("TIMER_NATS_COLOUR", "blue");
+            jail.set_env("TIMER_BATCH_SIZE", "9");
+            let loaded = Config::load(&jail.directory().join("config.toml")).unwrap();
+            assert_eq!(loaded.config.batch_size, 9);
+            let mut names: Vec<String> = loaded
+                .warnings
+                .iter()
+                .map(|w| match w {
+                    ConfigWarning::UnknownVariable(name) => name.clone(),
+                })
+                .collect();
+            names.sort();
+            let mut expected: Vec<String> = KUBERNETES_SERVICE_VARIABLES
+                .iter()
+                .map(|(key, _)| key.to_string())
+                .chain(["TIMER_NATS_COLOUR".to_string()])
+                .collect();
+            expected.sort();
+            assert_eq!(names, expected);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_variables_beside_an_unknown_file_key_or_a_bad_value_still_fail() {
+        let cases: &[Case] = &[
+            (
+                Some("[nats]\ncolour = \"blue\""),
+                KUBERNETES_SERVICE_VARIABLES,
+                &["nats.colour", "config.toml"],
+            ),
+            (
+                None,
+                &[
+                    ("TIMER_SERVICE_HOST", "10.96.0.12"),
+                    ("TIMER_BATCH_SIZE", "lots"),
+                ],
+                &["batch_size", "TIMER_BATCH_SIZE"],
+            ),
+        ];
+        for (file, env, expected) in cases {
+            Jail::expect_with(|jail| {
+                if let Some(text) = file {
+                    jail.create_file("config.toml", text)?;
+                }
+                for (key, value) in *env {
+                    jail.set_env(key, value);
+                }
+                let error = load_in(jail).unwrap_err();
+                for word in *expected {
+                    assert!(error.contains(word), "{word:?} missing in: {error}");
+                }
+                Ok(())
+            });
+        }
     }
 
     #[test]
@@ -631,11 +773,6 @@ mod tests {
                 Some("no_such_key = 1"),
                 &[],
                 &["no_such_key", "config.toml"],
-            ),
-            (
-                None,
-                &[("TIMER_NO_SUCH_KEY", "1")],
-                &["no_such_key", "TIMER_"],
             ),
             (
                 None,

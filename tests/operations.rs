@@ -221,6 +221,71 @@ async fn json_logs_are_one_object_per_line_with_the_actor_field() {
     assert_eq!(rejected["level"], "WARN");
 }
 
+/// What Kubernetes puts in the environment of every pod next to a Service named `timer`.
+const KUBERNETES_SERVICE_VARIABLES: &[(&str, &str)] = &[
+    ("TIMER_SERVICE_HOST", "10.96.71.12"),
+    ("TIMER_SERVICE_PORT", "4222"),
+    ("TIMER_PORT", "tcp://10.96.71.12:4222"),
+    ("TIMER_PORT_4222_TCP", "tcp://10.96.71.12:4222"),
+    ("TIMER_PORT_4222_TCP_PROTO", "tcp"),
+    ("TIMER_PORT_4222_TCP_PORT", "4222"),
+    ("TIMER_PORT_4222_TCP_ADDR", "10.96.71.12"),
+];
+
+/// The JSON log lines of a daemon process that has exited.
+fn json_log(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("the daemon's log")
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect()
+}
+
+/// A daemon started next to a Kubernetes Service named `timer` runs, and names (never shows)
+/// each variable it ignored; a bad value of a variable it knows still stops it with code 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_timer_variables_are_warned_about_and_ignored() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut env = KUBERNETES_SERVICE_VARIABLES.to_vec();
+    env.extend([
+        ("TIMER_HTTP_LISTEN", addr.as_str()),
+        ("TIMER_LOG_FORMAT", "json"),
+    ]);
+    let process = DaemonProcess::start_with(&server, &scratch, &env);
+    await_readyz(&addr, 200, Duration::from_secs(15), "ready").await;
+    let log_path = process.log.clone();
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+
+    let lines = json_log(&log_path);
+    let mut warned: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["message"] == "environment variable names no setting; ignored")
+        .inspect(|l| assert_eq!(l["level"], "WARN"))
+        .filter_map(|l| l["variable"].as_str())
+        .collect();
+    warned.sort();
+    let mut expected: Vec<&str> = KUBERNETES_SERVICE_VARIABLES
+        .iter()
+        .map(|(k, _)| *k)
+        .collect();
+    expected.sort();
+    assert_eq!(warned, expected);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains("10.96.71.12"), "a value was logged:\n{log}");
+
+    let mut env = KUBERNETES_SERVICE_VARIABLES.to_vec();
+    env.push(("TIMER_BATCH_SIZE", "lots"));
+    let process = DaemonProcess::start_with(&server, &scratch, &env);
+    let log_path = process.log.clone();
+    let status = process.wait_exit(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(2));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("TIMER_BATCH_SIZE"), "{log}");
+}
+
 /// The Grafana dashboard shipped in `ops/` asks only for series the daemon exports.
 #[test]
 fn the_dashboard_queries_only_metrics_the_daemon_exports() {
