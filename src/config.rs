@@ -11,9 +11,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use figment::Figment;
 use figment::providers::{Env, Format, Toml};
-use figment::value::UncasedStr;
+use figment::value::{Dict, Map, UncasedStr, Value};
+use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::Subjects;
@@ -21,6 +21,9 @@ use crate::domain::command::check_tenant_id;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::nats::BrokerNames;
 use crate::persistence::SqliteSettings;
+
+pub mod redact;
+pub use redact::{Secret, redact_url};
 
 /// Prefix of every environment variable the service reads.
 pub const ENV_PREFIX: &str = "TIMER_";
@@ -70,8 +73,9 @@ pub enum ConfigError {
     },
 }
 
-/// Everything the daemon can be told.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Everything the daemon can be told. Its `Debug` shows the URLs redacted and no password or
+/// token (see [`redact`]), so a `Config` logged with `{:?}` gives no secret away.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub broker_url: String,
@@ -121,8 +125,8 @@ pub struct NatsSettings {
     /// A file holding an nkey seed (`SU…`).
     pub nkey_seed: Option<PathBuf>,
     pub user: Option<String>,
-    pub password: Option<String>,
-    pub token: Option<String>,
+    pub password: Option<Secret>,
+    pub token: Option<Secret>,
     /// CA certificate(s) to trust the server's certificate with (PEM); implies TLS.
     pub tls_ca: Option<PathBuf>,
     /// Client certificate and key (PEM) for mutual TLS.
@@ -216,6 +220,44 @@ pub struct RetentionSettings {
     /// `Reached` and `Cancelled` rows older than this are deleted; zero keeps them forever.
     #[serde(with = "duration")]
     pub keep_finished: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Taken apart field by field, so that a new field cannot be left out unnoticed.
+        let Self {
+            broker_url,
+            db_path,
+            database_url,
+            polling_interval,
+            batch_size,
+            max_command_bytes,
+            name,
+            claim_lease,
+            nats,
+            sqlite,
+            supervisor,
+            http,
+            log,
+            retention,
+        } = self;
+        f.debug_struct("Config")
+            .field("broker_url", &redact_url(broker_url))
+            .field("db_path", db_path)
+            .field("database_url", &database_url.as_deref().map(redact_url))
+            .field("polling_interval", polling_interval)
+            .field("batch_size", batch_size)
+            .field("max_command_bytes", max_command_bytes)
+            .field("name", name)
+            .field("claim_lease", claim_lease)
+            .field("nats", nats)
+            .field("sqlite", sqlite)
+            .field("supervisor", supervisor)
+            .field("http", http)
+            .field("log", log)
+            .field("retention", retention)
+            .finish()
+    }
 }
 
 impl Default for Config {
@@ -371,6 +413,48 @@ fn unknown_env_key(error: &figment::Error) -> Option<String> {
     }
 }
 
+/// Settings whose environment variable is taken as the text it is: the environment provider
+/// reads `007` as the number 7 and `true` as a boolean, which a user name or password is not.
+const TEXT_SETTINGS: &[&str] = &["nats.user", "nats.password", "nats.token"];
+
+fn is_text_setting(key: &UncasedStr) -> bool {
+    TEXT_SETTINGS.iter().any(|text| key == *text)
+}
+
+/// The `TIMER_*` variables of [`TEXT_SETTINGS`], as text.
+struct EnvText(Env);
+
+impl Provider for EnvText {
+    fn metadata(&self) -> Metadata {
+        self.0.metadata()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        fn insert(dict: &mut Dict, path: &[&str], value: Value) {
+            match path {
+                [] => {}
+                [last] => {
+                    dict.insert((*last).to_owned(), value);
+                }
+                [first, rest @ ..] => {
+                    let entry = dict
+                        .entry((*first).to_owned())
+                        .or_insert_with(|| Value::from(Dict::new()));
+                    if let Value::Dict(_, inner) = entry {
+                        insert(inner, rest, value);
+                    }
+                }
+            }
+        }
+        let mut dict = Dict::new();
+        for (key, value) in self.0.iter() {
+            let path: Vec<&str> = key.as_str().split('.').collect();
+            insert(&mut dict, &path, Value::from(value));
+        }
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
 /// The environment variable that sets the key path `key` (the inverse of [`env_key`]).
 fn env_variable(key: &str) -> String {
     format!("{ENV_PREFIX}{}", key.replace('.', "_").to_ascii_uppercase())
@@ -387,11 +471,13 @@ impl Config {
             let skip = ignored.clone();
             // Keys left out take their serde defaults (`Config::default()`), so an old key name
             // (`busy_timeout_ms`) in a file never meets a default of its new name.
-            let figment = Figment::new().merge(Toml::file(path)).merge(
-                Env::prefixed(ENV_PREFIX)
-                    .map(env_key)
-                    .filter(move |key| !skip.iter().any(|k| key == k.as_str())),
-            );
+            let env = Env::prefixed(ENV_PREFIX)
+                .map(env_key)
+                .filter(move |key| !skip.iter().any(|k| key == k.as_str()));
+            let figment = Figment::new()
+                .merge(Toml::file(path))
+                .merge(env.clone().filter(|key| !is_text_setting(key)))
+                .merge(EnvText(env.filter(is_text_setting)));
             match figment.extract::<Config>() {
                 Ok(config) => break (figment, config),
                 Err(e) => match unknown_env_key(&e) {
@@ -722,6 +808,48 @@ mod tests {
             );
             assert_eq!(config.supervisor.max_backoff, Duration::from_secs(7));
             assert_eq!(config.claim_lease, Duration::from_secs(45));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_logged_config_shows_no_secret() {
+        Jail::expect_with(|jail| {
+            jail.set_env("TIMER_BROKER_URL", "nats://svc:url-secret@nats:4222");
+            jail.set_env(
+                "TIMER_DATABASE_URL",
+                "postgres://app:pg-secret@db/timers?password=pg-query-secret",
+            );
+            jail.set_env("TIMER_NATS_USER", "svc");
+            // All digits, a leading zero: read as the text it is, not as a number.
+            jail.set_env("TIMER_NATS_PASSWORD", "0123456789");
+            let config = load_in(jail).unwrap();
+            assert_eq!(
+                config.nats.password.as_ref().map(Secret::expose),
+                Some("0123456789")
+            );
+            let shown = format!("{config:?}");
+            for secret in ["url-secret", "pg-secret", "pg-query-secret", "0123456789"] {
+                assert!(!shown.contains(secret), "{secret} in {shown}");
+            }
+            assert!(shown.contains("nats://svc:***@nats:4222"), "{shown}");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("TIMER_NATS_TOKEN", "token-secret");
+            let shown = format!("{:?}", load_in(jail).unwrap());
+            assert!(!shown.contains("token-secret"), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_password_that_is_no_string_is_refused_without_being_shown() {
+        Jail::expect_with(|jail| {
+            jail.create_file("config.toml", "[nats]\nuser = \"svc\"\npassword = 80211\n")?;
+            let error = load_in(jail).unwrap_err();
+            assert!(error.contains("nats.password"), "{error}");
+            assert!(!error.contains("80211"), "{error}");
             Ok(())
         });
     }

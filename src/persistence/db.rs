@@ -169,8 +169,9 @@ pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     Ok((stats.f_bavail as u64).saturating_mul(stats.f_frsize as u64))
 }
 
-/// Where the timers are kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the timers are kept. Its `Debug` shows the PostgreSQL URL redacted, like
+/// [`DatabaseTarget::describe`].
+#[derive(Clone, PartialEq, Eq)]
 pub enum DatabaseTarget {
     Sqlite {
         path: PathBuf,
@@ -190,18 +191,28 @@ impl DatabaseTarget {
         }
     }
 
-    /// For logs: the file, or the PostgreSQL URL without its password.
+    /// For logs and errors: the file, or the PostgreSQL URL without its password (in the
+    /// user part or in the query string).
     pub fn describe(&self) -> String {
         match self {
             Self::Sqlite { path, .. } => path.display().to_string(),
-            Self::Postgres { url } => match (url.find("://"), url.rfind('@')) {
-                (Some(scheme), Some(at)) if at > scheme => {
-                    let userinfo = &url[scheme + 3..at];
-                    let user = userinfo.split(':').next().unwrap_or_default();
-                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-                }
-                _ => url.clone(),
-            },
+            Self::Postgres { url } => crate::config::redact_url(url),
+        }
+    }
+}
+
+impl std::fmt::Debug for DatabaseTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite { path, settings } => f
+                .debug_struct("Sqlite")
+                .field("path", path)
+                .field("settings", settings)
+                .finish(),
+            Self::Postgres { .. } => f
+                .debug_struct("Postgres")
+                .field("url", &self.describe())
+                .finish(),
         }
     }
 }
