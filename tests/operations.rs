@@ -286,6 +286,60 @@ async fn unknown_timer_variables_are_warned_about_and_ignored() {
     assert!(log.contains("TIMER_BATCH_SIZE"), "{log}");
 }
 
+/// Waits until a daemon process has started (its log says so), then stops it.
+async fn start_and_stop(process: DaemonProcess) -> std::path::PathBuf {
+    let log_path = process.log.clone();
+    eventually(Duration::from_secs(15), "the daemon running", || async {
+        std::fs::read_to_string(&log_path)
+            .ok()
+            .filter(|log| log.contains("timer-service running"))
+    })
+    .await;
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+    log_path
+}
+
+/// The SQLite file a fresh daemon creates, and its WAL, are readable by their owner only; a
+/// file that exists keeps the mode the operator gave it, with a warning when others may read
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_file_is_created_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new();
+    if !scratch.sqlite_only("the database file's mode") {
+        return;
+    }
+    let server = NatsServer::start();
+    let mode = |path: std::path::PathBuf| {
+        std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let db = scratch.db_path();
+    let wal = db.with_extension("db-wal");
+    let process = DaemonProcess::start_with(&server, &scratch, &[("TIMER_LOG_FORMAT", "json")]);
+    eventually(Duration::from_secs(15), "the WAL file", || async {
+        wal.exists().then_some(())
+    })
+    .await;
+    assert_eq!(mode(db.clone()), 0o600);
+    assert_eq!(mode(wal.clone()), 0o600);
+    start_and_stop(process).await;
+
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let process = DaemonProcess::start_with(&server, &scratch, &[("TIMER_LOG_FORMAT", "json")]);
+    let lines = json_log(&start_and_stop(process).await);
+    assert_eq!(mode(db.clone()), 0o644, "an existing file keeps its mode");
+    let warning = lines
+        .iter()
+        .find(|l| l["level"] == "WARN" && l["mode"] == "644")
+        .unwrap_or_else(|| panic!("no warning about the mode in {lines:?}"));
+    assert!(warning["message"].as_str().unwrap().contains("chmod 600"));
+}
+
 /// The Grafana dashboard shipped in `ops/` asks only for series the daemon exports.
 #[test]
 fn the_dashboard_queries_only_metrics_the_daemon_exports() {

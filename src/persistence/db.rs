@@ -271,12 +271,46 @@ async fn open(
 /// Key of the PostgreSQL advisory lock that migrations hold.
 const MIGRATION_LOCK: i64 = 0x7469_6d65_7273; // "timers"
 
+/// Creates the SQLite file at `path` readable and writable by its owner only (CONTRACT.md §4;
+/// SQLite gives its `-wal` and `-shm` files the same mode), unless it exists: an operator's
+/// file keeps the mode it was given, with a warning if others may read it. Says whether it
+/// created the file.
+fn create_owner_only(path: &Path) -> Result<bool, DbErr> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let failed = |e: std::io::Error| DbErr::Custom(format!("{}: {e}", path.display()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        // An empty file is an empty database to SQLite.
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mode = std::fs::metadata(path)
+                .map_err(failed)?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    path = %path.display(),
+                    mode = format!("{:o}", mode & 0o777),
+                    "the database file is open to other users; chmod 600 it"
+                );
+            }
+            Ok(false)
+        }
+        Err(e) => Err(failed(e)),
+    }
+}
+
 /// Brings the schema up to date, creating the SQLite file when absent. On PostgreSQL, daemons
 /// starting together take turns (an advisory lock, on the one connection migrations use):
 /// concurrent `CREATE TABLE`s of the same table fail there.
 pub async fn migrate(target: &DatabaseTarget) -> Result<(), DbErr> {
     match target {
         DatabaseTarget::Sqlite { path, settings } => {
+            create_owner_only(path)?;
             let db = open(path, settings, true).await?;
             Migrator::up(&db, None).await?;
             db.close().await
