@@ -340,6 +340,41 @@ async fn the_database_file_is_created_readable_by_its_owner_only() {
     assert!(warning["message"].as_str().unwrap().contains("chmod 600"));
 }
 
+/// Start-up logs the absolute path of the SQLite file it opened, and whether it created it: a
+/// relative `db_path` read from the wrong working directory shows as a new file somewhere
+/// unexpected, instead of passing unnoticed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_logs_the_absolute_database_path_and_whether_it_was_created() {
+    let scratch = Scratch::new();
+    if !scratch.sqlite_only("the database file's path") {
+        return;
+    }
+    let server = NatsServer::start();
+    // The test's file, named relative to the daemon's working directory (the test's own).
+    let cwd = std::env::current_dir().unwrap();
+    let relative = std::path::PathBuf::from("../".repeat(cwd.components().count() - 1))
+        .join(scratch.db_path().strip_prefix("/").unwrap());
+    let relative = relative.to_str().unwrap();
+    let opened = |created: bool| {
+        let env = [("TIMER_LOG_FORMAT", "json"), ("TIMER_DB_PATH", relative)];
+        let process = DaemonProcess::start_with(&server, &scratch, &env);
+        async move {
+            let lines = json_log(&start_and_stop(process).await);
+            let line = lines
+                .iter()
+                .find(|l| l["message"] == "database file opened")
+                .unwrap_or_else(|| panic!("no \"database file opened\" in {lines:?}"));
+            assert_eq!(line["level"], "INFO");
+            assert_eq!(line["created"], created, "{line}");
+            line["path"].as_str().unwrap().to_owned()
+        }
+    };
+    let first = opened(true).await;
+    let absolute = std::fs::canonicalize(scratch.db_path()).unwrap();
+    assert_eq!(first, absolute.to_str().unwrap());
+    assert_eq!(opened(false).await, first);
+}
+
 /// The Grafana dashboard shipped in `ops/` asks only for series the daemon exports.
 #[test]
 fn the_dashboard_queries_only_metrics_the_daemon_exports() {

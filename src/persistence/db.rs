@@ -307,16 +307,24 @@ fn create_owner_only(path: &Path) -> Result<bool, DbErr> {
 /// Brings the schema up to date, creating the SQLite file when absent. On PostgreSQL, daemons
 /// starting together take turns (an advisory lock, on the one connection migrations use):
 /// concurrent `CREATE TABLE`s of the same table fail there.
+///
+/// Logs what it opened: a relative `db_path` read from another working directory would
+/// otherwise create a new, empty database unnoticed.
 pub async fn migrate(target: &DatabaseTarget) -> Result<(), DbErr> {
     match target {
         DatabaseTarget::Sqlite { path, settings } => {
-            create_owner_only(path)?;
+            let created = create_owner_only(path)?;
+            let absolute = std::fs::canonicalize(path)
+                .or_else(|_| std::path::absolute(path))
+                .unwrap_or_else(|_| path.clone());
+            tracing::info!(path = %absolute.display(), created, "database file opened");
             let db = open(path, settings, true).await?;
             Migrator::up(&db, None).await?;
             db.close().await
         }
         DatabaseTarget::Postgres { .. } => {
             let db = connect(target, 1).await?;
+            tracing::info!(url = %target.describe(), "database opened");
             db.execute_unprepared(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
                 .await?;
             let migrated = Migrator::up(&db, None).await;
