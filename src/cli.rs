@@ -10,6 +10,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use crate::client::{ClientError, TimerClient};
+use crate::config::{Secret, redact_url};
 use crate::domain::Subjects;
 use crate::domain::api::TimerView;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
@@ -28,23 +29,34 @@ pub struct TimersArgs {
     #[arg(long, global = true)]
     pub json: bool,
     /// NATS credentials file (JWT + nkey) of the user to act as.
-    #[arg(long)]
+    #[arg(long, env = "TIMER_NATS_CREDENTIALS")]
     pub creds: Option<PathBuf>,
+    /// File holding the nkey seed (`SU…`) of the user to act as.
+    #[arg(long, env = "TIMER_NATS_NKEY_SEED")]
+    pub nkey_seed: Option<PathBuf>,
     /// NATS user (with --password).
-    #[arg(long, requires = "password")]
+    #[arg(long, env = "TIMER_NATS_USER", requires = "password")]
     pub user: Option<String>,
-    #[arg(long, requires = "user")]
-    pub password: Option<String>,
-    /// NATS token.
-    #[arg(long)]
-    pub token: Option<String>,
+    /// NATS password. Prefer the environment variable: any user on the machine can read a
+    /// command line.
+    #[arg(
+        long,
+        env = "TIMER_NATS_PASSWORD",
+        hide_env_values = true,
+        requires = "user"
+    )]
+    pub password: Option<Secret>,
+    /// NATS token. Prefer the environment variable: any user on the machine can read a command
+    /// line.
+    #[arg(long, env = "TIMER_NATS_TOKEN", hide_env_values = true)]
+    pub token: Option<Secret>,
     /// CA certificate to trust the server with (PEM); turns TLS on.
-    #[arg(long)]
+    #[arg(long, env = "TIMER_NATS_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
     /// Client certificate and key for mutual TLS (PEM).
-    #[arg(long, requires = "tls_key")]
+    #[arg(long, env = "TIMER_NATS_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, env = "TIMER_NATS_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Inbox prefix for replies; a tenant's user is often only allowed its own
     /// (`_INBOX.acme`), so that no tenant can read another's replies.
@@ -258,11 +270,12 @@ pub async fn run(args: TimersArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Connects as the user the flags name; fails at once when the server cannot be reached (a
-/// person is waiting), unlike the daemon, which waits for its broker.
+/// Connects as the user the flags (or their environment variables, the daemon's names) name,
+/// else as the one written in the server URL; fails at once when the server cannot be reached
+/// (a person is waiting), unlike the daemon, which waits for its broker.
 async fn connect(args: &TimersArgs) -> Result<async_nats::Client, CliError> {
     let failed = |message: String| CliError::Connect {
-        server: args.server.clone(),
+        server: redact_url(&args.server),
         message,
     };
     let mut options = async_nats::ConnectOptions::new()
@@ -275,11 +288,16 @@ async fn connect(args: &TimersArgs) -> Result<async_nats::Client, CliError> {
             .await
             .map_err(|e| failed(format!("credentials {}: {e}", creds.display())))?;
     }
+    if let Some(path) = &args.nkey_seed {
+        let seed = std::fs::read_to_string(path)
+            .map_err(|e| failed(format!("nkey seed {}: {e}", path.display())))?;
+        options = options.nkey(seed.trim().to_owned());
+    }
     if let (Some(user), Some(password)) = (&args.user, &args.password) {
-        options = options.user_and_password(user.clone(), password.clone());
+        options = options.user_and_password(user.clone(), password.expose().to_owned());
     }
     if let Some(token) = &args.token {
-        options = options.token(token.clone());
+        options = options.token(token.expose().to_owned());
     }
     if let Some(ca) = &args.tls_ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
@@ -289,7 +307,15 @@ async fn connect(args: &TimersArgs) -> Result<async_nats::Client, CliError> {
             .add_client_certificate(cert.clone(), key.clone())
             .require_tls(true);
     }
-    let servers = crate::nats::server_addrs(&args.server).map_err(|e| failed(e.to_string()))?;
+    let (servers, url_credentials) =
+        crate::nats::connection::broker_servers(&args.server).map_err(|e| failed(e.to_string()))?;
+    let named = args.creds.is_some()
+        || args.nkey_seed.is_some()
+        || args.user.is_some()
+        || args.token.is_some();
+    if let Some(credentials) = url_credentials.filter(|_| !named) {
+        options = credentials.apply(options);
+    }
     options
         .connect(servers)
         .await

@@ -11,9 +11,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use figment::Figment;
 use figment::providers::{Env, Format, Toml};
-use figment::value::UncasedStr;
+use figment::value::{Dict, Map, UncasedStr, Value};
+use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::Subjects;
@@ -22,11 +22,43 @@ use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAUL
 use crate::nats::BrokerNames;
 use crate::persistence::SqliteSettings;
 
+pub mod redact;
+pub use redact::{Secret, redact_url};
+
 /// Prefix of every environment variable the service reads.
 pub const ENV_PREFIX: &str = "TIMER_";
 /// The sections of `config.toml`; an environment variable `TIMER_<SECTION>_<KEY>` sets `<KEY>`
 /// in `[<section>]`, anything else a top-level key.
 const SECTIONS: &[&str] = &["nats", "sqlite", "supervisor", "http", "log", "retention"];
+
+/// Something in the configuration worth an operator's attention that does not stop start-up.
+/// Loading happens before logging is set up, so these are handed back to be logged after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigWarning {
+    /// An environment variable that starts with `TIMER_` but names no setting: ignored, since
+    /// the environment is not only ours (Kubernetes injects `TIMER_SERVICE_HOST`, `TIMER_PORT`…
+    /// for a Service named `timer`). Only its name is kept, never its value.
+    UnknownVariable(String),
+}
+
+impl ConfigWarning {
+    /// Logs the warning (once logging is set up).
+    pub fn log(&self) {
+        match self {
+            Self::UnknownVariable(variable) => tracing::warn!(
+                variable = %variable,
+                "environment variable names no setting; ignored"
+            ),
+        }
+    }
+}
+
+/// A configuration and what was noticed while loading it.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<ConfigWarning>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -41,8 +73,9 @@ pub enum ConfigError {
     },
 }
 
-/// Everything the daemon can be told.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Everything the daemon can be told. Its `Debug` shows the URLs redacted and no password or
+/// token (see [`redact`]), so a `Config` logged with `{:?}` gives no secret away.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub broker_url: String,
@@ -92,8 +125,8 @@ pub struct NatsSettings {
     /// A file holding an nkey seed (`SU…`).
     pub nkey_seed: Option<PathBuf>,
     pub user: Option<String>,
-    pub password: Option<String>,
-    pub token: Option<String>,
+    pub password: Option<Secret>,
+    pub token: Option<Secret>,
     /// CA certificate(s) to trust the server's certificate with (PEM); implies TLS.
     pub tls_ca: Option<PathBuf>,
     /// Client certificate and key (PEM) for mutual TLS.
@@ -187,6 +220,44 @@ pub struct RetentionSettings {
     /// `Reached` and `Cancelled` rows older than this are deleted; zero keeps them forever.
     #[serde(with = "duration")]
     pub keep_finished: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Taken apart field by field, so that a new field cannot be left out unnoticed.
+        let Self {
+            broker_url,
+            db_path,
+            database_url,
+            polling_interval,
+            batch_size,
+            max_command_bytes,
+            name,
+            claim_lease,
+            nats,
+            sqlite,
+            supervisor,
+            http,
+            log,
+            retention,
+        } = self;
+        f.debug_struct("Config")
+            .field("broker_url", &redact_url(broker_url))
+            .field("db_path", db_path)
+            .field("database_url", &database_url.as_deref().map(redact_url))
+            .field("polling_interval", polling_interval)
+            .field("batch_size", batch_size)
+            .field("max_command_bytes", max_command_bytes)
+            .field("name", name)
+            .field("claim_lease", claim_lease)
+            .field("nats", nats)
+            .field("sqlite", sqlite)
+            .field("supervisor", supervisor)
+            .field("http", http)
+            .field("log", log)
+            .field("retention", retention)
+            .finish()
+    }
 }
 
 impl Default for Config {
@@ -327,17 +398,94 @@ fn env_key(key: &UncasedStr) -> figment::value::Uncased<'_> {
     lower.into()
 }
 
+/// The key path of an unknown field, when the field came from an environment variable (an
+/// unknown key in the file is an error; in the environment it is someone else's variable).
+fn unknown_env_key(error: &figment::Error) -> Option<String> {
+    let from_env = error
+        .metadata
+        .as_ref()
+        .is_some_and(|m| m.name.contains("environment"));
+    match &error.kind {
+        figment::error::Kind::UnknownField(..) if from_env => {
+            Some(error.path.join(".").to_ascii_lowercase())
+        }
+        _ => None,
+    }
+}
+
+/// Settings whose environment variable is taken as the text it is: the environment provider
+/// reads `007` as the number 7 and `true` as a boolean, which a user name or password is not.
+const TEXT_SETTINGS: &[&str] = &["nats.user", "nats.password", "nats.token"];
+
+fn is_text_setting(key: &UncasedStr) -> bool {
+    TEXT_SETTINGS.iter().any(|text| key == *text)
+}
+
+/// The `TIMER_*` variables of [`TEXT_SETTINGS`], as text.
+struct EnvText(Env);
+
+impl Provider for EnvText {
+    fn metadata(&self) -> Metadata {
+        self.0.metadata()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        fn insert(dict: &mut Dict, path: &[&str], value: Value) {
+            match path {
+                [] => {}
+                [last] => {
+                    dict.insert((*last).to_owned(), value);
+                }
+                [first, rest @ ..] => {
+                    let entry = dict
+                        .entry((*first).to_owned())
+                        .or_insert_with(|| Value::from(Dict::new()));
+                    if let Value::Dict(_, inner) = entry {
+                        insert(inner, rest, value);
+                    }
+                }
+            }
+        }
+        let mut dict = Dict::new();
+        for (key, value) in self.0.iter() {
+            let path: Vec<&str> = key.as_str().split('.').collect();
+            insert(&mut dict, &path, Value::from(value));
+        }
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// The environment variable that sets the key path `key` (the inverse of [`env_key`]).
+fn env_variable(key: &str) -> String {
+    format!("{ENV_PREFIX}{}", key.replace('.', "_").to_ascii_uppercase())
+}
+
 impl Config {
-    /// Reads `path` (defaults when it does not exist), then the process environment.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        // Keys left out take their serde defaults (`Config::default()`), so an old key name
-        // (`busy_timeout_ms`) in a file never meets a default of its new name.
-        let figment = Figment::new()
-            .merge(Toml::file(path))
-            .merge(Env::prefixed(ENV_PREFIX).map(env_key));
-        let config: Config = figment
-            .extract()
-            .map_err(|e| ConfigError::Load(describe(e)))?;
+    /// Reads `path` (defaults when it does not exist), then the process environment. An
+    /// environment variable that names no setting is left out and reported as a warning.
+    pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+        // serde stops at the first unknown field, so each unknown variable found is left out
+        // and the rest read again: at most one pass per `TIMER_*` variable.
+        let mut ignored: Vec<String> = Vec::new();
+        let (figment, config) = loop {
+            let skip = ignored.clone();
+            // Keys left out take their serde defaults (`Config::default()`), so an old key name
+            // (`busy_timeout_ms`) in a file never meets a default of its new name.
+            let env = Env::prefixed(ENV_PREFIX)
+                .map(env_key)
+                .filter(move |key| !skip.iter().any(|k| key == k.as_str()));
+            let figment = Figment::new()
+                .merge(Toml::file(path))
+                .merge(env.clone().filter(|key| !is_text_setting(key)))
+                .merge(EnvText(env.filter(is_text_setting)));
+            match figment.extract::<Config>() {
+                Ok(config) => break (figment, config),
+                Err(e) => match unknown_env_key(&e) {
+                    Some(key) if !ignored.contains(&key) => ignored.push(key),
+                    _ => return Err(ConfigError::Load(describe(e))),
+                },
+            }
+        };
         config.validate().map_err(|(setting, message)| {
             let source = match figment.find_metadata(setting) {
                 Some(m) if m.name.contains("environment") => format!(
@@ -357,7 +505,11 @@ impl Config {
                 message,
             }
         })?;
-        Ok(config)
+        let warnings = ignored
+            .iter()
+            .map(|key| ConfigWarning::UnknownVariable(env_variable(key)))
+            .collect();
+        Ok(Loaded { config, warnings })
     }
 
     /// Where the timers are kept: PostgreSQL when `database_url` is set, else the SQLite file.
@@ -527,7 +679,83 @@ mod tests {
     type Case<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)], &'a [&'a str]);
 
     fn load_in(jail: &Jail) -> Result<Config, String> {
-        Config::load(&jail.directory().join("config.toml")).map_err(|e| e.to_string())
+        Config::load(&jail.directory().join("config.toml"))
+            .map(|loaded| loaded.config)
+            .map_err(|e| e.to_string())
+    }
+
+    /// What Kubernetes puts in the environment of every pod next to a Service named `timer`.
+    const KUBERNETES_SERVICE_VARIABLES: &[(&str, &str)] = &[
+        ("TIMER_SERVICE_HOST", "10.96.0.12"),
+        ("TIMER_SERVICE_PORT", "4222"),
+        ("TIMER_PORT", "tcp://10.96.0.12:4222"),
+        ("TIMER_PORT_4222_TCP", "tcp://10.96.0.12:4222"),
+        ("TIMER_PORT_4222_TCP_PROTO", "tcp"),
+        ("TIMER_PORT_4222_TCP_PORT", "4222"),
+        ("TIMER_PORT_4222_TCP_ADDR", "10.96.0.12"),
+    ];
+
+    #[test]
+    fn unknown_environment_variables_are_ignored_and_reported_by_name() {
+        Jail::expect_with(|jail| {
+            for (key, value) in KUBERNETES_SERVICE_VARIABLES {
+                jail.set_env(key, value);
+            }
+            jail.set_env("TIMER_NATS_COLOUR", "blue");
+            jail.set_env("TIMER_BATCH_SIZE", "9");
+            let loaded = Config::load(&jail.directory().join("config.toml")).unwrap();
+            assert_eq!(loaded.config.batch_size, 9);
+            let mut names: Vec<String> = loaded
+                .warnings
+                .iter()
+                .map(|w| match w {
+                    ConfigWarning::UnknownVariable(name) => name.clone(),
+                })
+                .collect();
+            names.sort();
+            let mut expected: Vec<String> = KUBERNETES_SERVICE_VARIABLES
+                .iter()
+                .map(|(key, _)| key.to_string())
+                .chain(["TIMER_NATS_COLOUR".to_string()])
+                .collect();
+            expected.sort();
+            assert_eq!(names, expected);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_variables_beside_an_unknown_file_key_or_a_bad_value_still_fail() {
+        let cases: &[Case] = &[
+            (
+                Some("[nats]\ncolour = \"blue\""),
+                KUBERNETES_SERVICE_VARIABLES,
+                &["nats.colour", "config.toml"],
+            ),
+            (
+                None,
+                &[
+                    ("TIMER_SERVICE_HOST", "10.96.0.12"),
+                    ("TIMER_BATCH_SIZE", "lots"),
+                ],
+                &["batch_size", "TIMER_BATCH_SIZE"],
+            ),
+        ];
+        for (file, env, expected) in cases {
+            Jail::expect_with(|jail| {
+                if let Some(text) = file {
+                    jail.create_file("config.toml", text)?;
+                }
+                for (key, value) in *env {
+                    jail.set_env(key, value);
+                }
+                let error = load_in(jail).unwrap_err();
+                for word in *expected {
+                    assert!(error.contains(word), "{word:?} missing in: {error}");
+                }
+                Ok(())
+            });
+        }
     }
 
     #[test]
@@ -585,6 +813,48 @@ mod tests {
     }
 
     #[test]
+    fn a_logged_config_shows_no_secret() {
+        Jail::expect_with(|jail| {
+            jail.set_env("TIMER_BROKER_URL", "nats://svc:url-secret@nats:4222");
+            jail.set_env(
+                "TIMER_DATABASE_URL",
+                "postgres://app:pg-secret@db/timers?password=pg-query-secret",
+            );
+            jail.set_env("TIMER_NATS_USER", "svc");
+            // All digits, a leading zero: read as the text it is, not as a number.
+            jail.set_env("TIMER_NATS_PASSWORD", "0123456789");
+            let config = load_in(jail).unwrap();
+            assert_eq!(
+                config.nats.password.as_ref().map(Secret::expose),
+                Some("0123456789")
+            );
+            let shown = format!("{config:?}");
+            for secret in ["url-secret", "pg-secret", "pg-query-secret", "0123456789"] {
+                assert!(!shown.contains(secret), "{secret} in {shown}");
+            }
+            assert!(shown.contains("nats://svc:***@nats:4222"), "{shown}");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("TIMER_NATS_TOKEN", "token-secret");
+            let shown = format!("{:?}", load_in(jail).unwrap());
+            assert!(!shown.contains("token-secret"), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_password_that_is_no_string_is_refused_without_being_shown() {
+        Jail::expect_with(|jail| {
+            jail.create_file("config.toml", "[nats]\nuser = \"svc\"\npassword = 80211\n")?;
+            let error = load_in(jail).unwrap_err();
+            assert!(error.contains("nats.password"), "{error}");
+            assert!(!error.contains("80211"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
     fn durations_read_as_text_or_milliseconds_and_the_old_ms_keys_still_work() {
         Jail::expect_with(|jail| {
             jail.create_file(
@@ -631,11 +901,6 @@ mod tests {
                 Some("no_such_key = 1"),
                 &[],
                 &["no_such_key", "config.toml"],
-            ),
-            (
-                None,
-                &[("TIMER_NO_SUCH_KEY", "1")],
-                &["no_such_key", "TIMER_"],
             ),
             (
                 None,

@@ -74,7 +74,7 @@ impl Daemon {
     ) -> Result<Daemon, DaemonError> {
         let database = config.database();
         tracing::info!(name = %config.name, database = %database.describe(),
-            broker_url = %config.broker_url, "timer-service starting");
+            broker_url = %crate::config::redact_url(&config.broker_url), "timer-service starting");
         persistence::db::migrate(&database)
             .await
             .map_err(|source| DaemonError::Database {

@@ -56,8 +56,8 @@ fn main() -> ExitCode {
             }
         };
     }
-    let config = match Config::load(&cli.config) {
-        Ok(config) => config,
+    let loaded = match Config::load(&cli.config) {
+        Ok(loaded) => loaded,
         Err(e) => {
             // The log format is a setting too: this one error goes out as text.
             telemetry::init_logs(LogFormat::Text);
@@ -65,7 +65,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let config = loaded.config;
     telemetry::init_logs(config.log.format);
+    for warning in &loaded.warnings {
+        warning.log();
+    }
     let result = runtime.block_on(async {
         match cli.command.unwrap_or(Command::Run) {
             Command::Run => timer_service::run(config, shutdown_signal())

@@ -131,6 +131,74 @@ async fn schedule_get_list_cancel_and_stats_from_the_command_line() {
     daemon.shutdown().await.unwrap();
 }
 
+const PASSWORD: &str = "Cli-Pw-3n8Rw2";
+
+/// The CLI takes its password from the environment, under the names the daemon reads, so that
+/// it never has to be on a command line (which `ps` shows to every user); `--help` names the
+/// variable but not its value. Credentials written in `--server` work too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_comes_from_the_environment() {
+    let server = NatsServer::start_with_config(|port, store| {
+        format!(
+            r#"
+listen: "127.0.0.1:{port}"
+jetstream {{ store_dir: "{store}" }}
+authorization {{ users = [ {{ user: svc, password: "{PASSWORD}" }} ] }}
+"#,
+            store = store.display()
+        )
+    });
+    let scratch = common::Scratch::new();
+    let mut config = common::config(&server, &scratch);
+    config.nats.user = Some("svc".into());
+    config.nats.password = Some(PASSWORD.into());
+    let daemon = timer_service::Daemon::start(config).await.unwrap();
+    let stats = |server_url: &str, env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_timer-service"))
+            .args(["timers", "--server", server_url])
+            .args(["--json", "stats", "--tenant", "acme"])
+            .env_remove("TIMER_NATS_USER")
+            .env_remove("TIMER_NATS_PASSWORD")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run timer-service timers")
+    };
+    let env = [
+        ("TIMER_NATS_USER", "svc"),
+        ("TIMER_NATS_PASSWORD", PASSWORD),
+    ];
+    let reply = eventually(
+        Duration::from_secs(15),
+        "the stats, as svc from the environment",
+        || async {
+            let output = stats(&server.url(), &env);
+            output.status.success().then(|| json(&output))
+        },
+    )
+    .await;
+    assert_eq!(reply["scheduled"], 0);
+    let in_url = format!("nats://svc:{PASSWORD}@127.0.0.1:{}", server.port);
+    assert!(stats(&in_url, &[]).status.success());
+
+    let refused = stats(&server.url(), &[]);
+    assert_eq!(refused.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&refused.stderr).to_ascii_lowercase();
+    assert!(error.contains("authorization"), "{error}");
+    let wrong = stats(&in_url.replace(PASSWORD, "guess"), &[]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(!String::from_utf8_lossy(&wrong.stderr).contains("guess"));
+
+    let help = Command::new(env!("CARGO_BIN_EXE_timer-service"))
+        .args(["timers", "--help"])
+        .envs(env)
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("TIMER_NATS_PASSWORD"), "{help}");
+    assert!(!help.contains(PASSWORD), "{help}");
+    daemon.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_command_line_explains_itself_and_fails_fast_without_a_service() {
     let help = Command::new(env!("CARGO_BIN_EXE_timer-service"))

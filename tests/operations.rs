@@ -221,6 +221,160 @@ async fn json_logs_are_one_object_per_line_with_the_actor_field() {
     assert_eq!(rejected["level"], "WARN");
 }
 
+/// What Kubernetes puts in the environment of every pod next to a Service named `timer`.
+const KUBERNETES_SERVICE_VARIABLES: &[(&str, &str)] = &[
+    ("TIMER_SERVICE_HOST", "10.96.71.12"),
+    ("TIMER_SERVICE_PORT", "4222"),
+    ("TIMER_PORT", "tcp://10.96.71.12:4222"),
+    ("TIMER_PORT_4222_TCP", "tcp://10.96.71.12:4222"),
+    ("TIMER_PORT_4222_TCP_PROTO", "tcp"),
+    ("TIMER_PORT_4222_TCP_PORT", "4222"),
+    ("TIMER_PORT_4222_TCP_ADDR", "10.96.71.12"),
+];
+
+/// The JSON log lines of a daemon process that has exited.
+fn json_log(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("the daemon's log")
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect()
+}
+
+/// A daemon started next to a Kubernetes Service named `timer` runs, and names (never shows)
+/// each variable it ignored; a bad value of a variable it knows still stops it with code 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_timer_variables_are_warned_about_and_ignored() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut env = KUBERNETES_SERVICE_VARIABLES.to_vec();
+    env.extend([
+        ("TIMER_HTTP_LISTEN", addr.as_str()),
+        ("TIMER_LOG_FORMAT", "json"),
+    ]);
+    let process = DaemonProcess::start_with(&server, &scratch, &env);
+    await_readyz(&addr, 200, Duration::from_secs(15), "ready").await;
+    let log_path = process.log.clone();
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+
+    let lines = json_log(&log_path);
+    let mut warned: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["message"] == "environment variable names no setting; ignored")
+        .inspect(|l| assert_eq!(l["level"], "WARN"))
+        .filter_map(|l| l["variable"].as_str())
+        .collect();
+    warned.sort();
+    let mut expected: Vec<&str> = KUBERNETES_SERVICE_VARIABLES
+        .iter()
+        .map(|(k, _)| *k)
+        .collect();
+    expected.sort();
+    assert_eq!(warned, expected);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains("10.96.71.12"), "a value was logged:\n{log}");
+
+    let mut env = KUBERNETES_SERVICE_VARIABLES.to_vec();
+    env.push(("TIMER_BATCH_SIZE", "lots"));
+    let process = DaemonProcess::start_with(&server, &scratch, &env);
+    let log_path = process.log.clone();
+    let status = process.wait_exit(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(2));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("TIMER_BATCH_SIZE"), "{log}");
+}
+
+/// Waits until a daemon process has started (its log says so), then stops it.
+async fn start_and_stop(process: DaemonProcess) -> std::path::PathBuf {
+    let log_path = process.log.clone();
+    eventually(Duration::from_secs(15), "the daemon running", || async {
+        std::fs::read_to_string(&log_path)
+            .ok()
+            .filter(|log| log.contains("timer-service running"))
+    })
+    .await;
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+    log_path
+}
+
+/// The SQLite file a fresh daemon creates, and its WAL, are readable by their owner only; a
+/// file that exists keeps the mode the operator gave it, with a warning when others may read
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_file_is_created_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new();
+    if !scratch.sqlite_only("the database file's mode") {
+        return;
+    }
+    let server = NatsServer::start();
+    let mode = |path: std::path::PathBuf| {
+        std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let db = scratch.db_path();
+    let wal = db.with_extension("db-wal");
+    let process = DaemonProcess::start_with(&server, &scratch, &[("TIMER_LOG_FORMAT", "json")]);
+    eventually(Duration::from_secs(15), "the WAL file", || async {
+        wal.exists().then_some(())
+    })
+    .await;
+    assert_eq!(mode(db.clone()), 0o600);
+    assert_eq!(mode(wal.clone()), 0o600);
+    start_and_stop(process).await;
+
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let process = DaemonProcess::start_with(&server, &scratch, &[("TIMER_LOG_FORMAT", "json")]);
+    let lines = json_log(&start_and_stop(process).await);
+    assert_eq!(mode(db.clone()), 0o644, "an existing file keeps its mode");
+    let warning = lines
+        .iter()
+        .find(|l| l["level"] == "WARN" && l["mode"] == "644")
+        .unwrap_or_else(|| panic!("no warning about the mode in {lines:?}"));
+    assert!(warning["message"].as_str().unwrap().contains("chmod 600"));
+}
+
+/// Start-up logs the absolute path of the SQLite file it opened, and whether it created it: a
+/// relative `db_path` read from the wrong working directory shows as a new file somewhere
+/// unexpected, instead of passing unnoticed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_logs_the_absolute_database_path_and_whether_it_was_created() {
+    let scratch = Scratch::new();
+    if !scratch.sqlite_only("the database file's path") {
+        return;
+    }
+    let server = NatsServer::start();
+    // The test's file, named relative to the daemon's working directory (the test's own).
+    let cwd = std::env::current_dir().unwrap();
+    let relative = std::path::PathBuf::from("../".repeat(cwd.components().count() - 1))
+        .join(scratch.db_path().strip_prefix("/").unwrap());
+    let relative = relative.to_str().unwrap();
+    let opened = |created: bool| {
+        let env = [("TIMER_LOG_FORMAT", "json"), ("TIMER_DB_PATH", relative)];
+        let process = DaemonProcess::start_with(&server, &scratch, &env);
+        async move {
+            let lines = json_log(&start_and_stop(process).await);
+            let line = lines
+                .iter()
+                .find(|l| l["message"] == "database file opened")
+                .unwrap_or_else(|| panic!("no \"database file opened\" in {lines:?}"));
+            assert_eq!(line["level"], "INFO");
+            assert_eq!(line["created"], created, "{line}");
+            line["path"].as_str().unwrap().to_owned()
+        }
+    };
+    let first = opened(true).await;
+    let absolute = std::fs::canonicalize(scratch.db_path()).unwrap();
+    assert_eq!(first, absolute.to_str().unwrap());
+    assert_eq!(opened(false).await, first);
+}
+
 /// The Grafana dashboard shipped in `ops/` asks only for series the daemon exports.
 #[test]
 fn the_dashboard_queries_only_metrics_the_daemon_exports() {

@@ -2,7 +2,7 @@
 //! itself), restarts a child that fails or stops unasked (after a backoff), and gives up —
 //! stopping the daemon with an error — when one child needs more restarts than allowed within
 //! the window, so the process manager takes over. Every start, stop, failure and restart is one
-//! log event naming the actor.
+//! log event naming the actor; every restart also counts in `timer_actor_restarts_total`.
 //!
 //! Adding an actor is adding one spec to the table the daemon hands over; nothing here names
 //! any particular child.
@@ -21,6 +21,7 @@ use super::registry::Registry;
 use crate::backoff;
 use crate::config::SupervisorSettings;
 use crate::health::Health;
+use crate::telemetry;
 
 /// How long a child may take to stop gracefully before the shutdown moves on.
 const CHILD_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -143,7 +144,10 @@ impl Actor for Supervisor {
                     return Ok(());
                 };
                 match start_child(&myself, state, &spec).await {
-                    Ok(()) => tracing::info!(actor = name, "actor restarted"),
+                    Ok(()) => {
+                        metrics::counter!(telemetry::ACTOR_RESTARTS, "actor" => name).increment(1);
+                        tracing::info!(actor = name, "actor restarted");
+                    }
                     Err(e) => {
                         tracing::error!(actor = name, reason = %e, "actor failed to restart");
                         child_down(&myself, state, name).await;

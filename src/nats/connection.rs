@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_nats::{Client, ConnectOptions, Event, jetstream};
 
 use crate::backoff;
-use crate::config::NatsSettings;
+use crate::config::{NatsSettings, redact_url};
 use crate::health::Health;
 
 /// Upper bound of the reconnect backoff: how long after the broker returns the daemon may take
@@ -16,6 +16,7 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 /// How long a JetStream request or PubAck may take before it counts as failed and is retried.
 pub const JETSTREAM_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The URLs in these errors are redacted (no password or token): errors end up in logs.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error("broker URL {url:?} is unusable: {source}")]
@@ -25,6 +26,8 @@ pub enum ConnectError {
     },
     #[error("broker URL {url:?} is unusable: {reason}")]
     BadUrl { url: String, reason: String },
+    #[error("broker URLs carry different credentials: write them once, or in [nats]")]
+    UrlCredentials,
     #[error("NATS {what} {path}: {source}")]
     File {
         what: &'static str,
@@ -53,10 +56,10 @@ async fn authenticated(settings: &NatsSettings) -> Result<ConnectOptions, Connec
         options = options.nkey(seed.trim().to_owned());
     }
     if let (Some(user), Some(password)) = (&settings.user, &settings.password) {
-        options = options.user_and_password(user.clone(), password.clone());
+        options = options.user_and_password(user.clone(), password.expose().to_owned());
     }
     if let Some(token) = &settings.token {
-        options = options.token(token.clone());
+        options = options.token(token.expose().to_owned());
     }
     if let Some(ca) = &settings.tls_ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
@@ -69,19 +72,107 @@ async fn authenticated(settings: &NatsSettings) -> Result<ConnectOptions, Connec
     Ok(options)
 }
 
-/// The servers of a `broker_url`: one URL, or several separated by commas (the nodes of a
-/// cluster; the client also learns the others from whichever it reaches).
+/// Credentials written in a broker URL: `nats://user:password@host` or `nats://token@host`.
+#[derive(Clone, PartialEq, Eq)]
+pub enum UrlCredentials {
+    UserPassword { user: String, password: String },
+    Token(String),
+}
+
+impl std::fmt::Debug for UrlCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UserPassword { user, .. } => write!(f, "UserPassword({user:?}, ***)"),
+            Self::Token(_) => f.write_str("Token(***)"),
+        }
+    }
+}
+
+impl UrlCredentials {
+    /// Authenticates `options` with these credentials.
+    pub fn apply(self, options: ConnectOptions) -> ConnectOptions {
+        match self {
+            Self::UserPassword { user, password } => options.user_and_password(user, password),
+            Self::Token(token) => options.token(token),
+        }
+    }
+}
+
+/// The servers of a `broker_url` — one URL, or several separated by commas (the nodes of a
+/// cluster; the client also learns the others from whichever it reaches) — without the
+/// credentials written in them, and those credentials. The client library neither sends a
+/// URL's credentials nor keeps them out of its own debug logs, so they travel as connection
+/// options instead.
+pub fn broker_servers(
+    url: &str,
+) -> Result<(Vec<async_nats::ServerAddr>, Option<UrlCredentials>), ConnectError> {
+    let mut servers = Vec::new();
+    let mut credentials: Option<UrlCredentials> = None;
+    for piece in url.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        let bad = |reason: String| ConnectError::BadUrl {
+            url: redact_url(piece),
+            reason,
+        };
+        let addr: async_nats::ServerAddr = piece
+            .parse()
+            .map_err(|e: std::io::Error| bad(e.to_string()))?;
+        if let Some(user) = addr.username() {
+            let found = match addr.password() {
+                Some(password) => UrlCredentials::UserPassword {
+                    user: percent_decode(user),
+                    password: percent_decode(password),
+                },
+                None => UrlCredentials::Token(percent_decode(user)),
+            };
+            match &credentials {
+                Some(known) if *known != found => return Err(ConnectError::UrlCredentials),
+                _ => credentials = Some(found),
+            }
+        }
+        let mut bare = addr.into_inner();
+        if bare.set_password(None).is_err() || bare.set_username("").is_err() {
+            return Err(bad("its credentials cannot be taken out".into()));
+        }
+        servers.push(async_nats::ServerAddr::from_url(bare).map_err(|e| bad(e.to_string()))?);
+    }
+    Ok((servers, credentials))
+}
+
+/// The servers of a `broker_url`, without credentials (see [`broker_servers`]).
 pub fn server_addrs(url: &str) -> Result<Vec<async_nats::ServerAddr>, ConnectError> {
-    url.split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(|u| {
-            u.parse().map_err(|e: std::io::Error| ConnectError::BadUrl {
-                url: u.to_owned(),
-                reason: e.to_string(),
-            })
-        })
-        .collect()
+    broker_servers(url).map(|(servers, _)| servers)
+}
+
+/// `%XX` escapes of a URL's user name or password, decoded.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = (bytes[i] == b'%')
+            .then(|| text.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `[nats]` names a way to authenticate (then credentials in the URL are not used).
+fn has_auth(settings: &NatsSettings) -> bool {
+    settings.credentials.is_some()
+        || settings.nkey_seed.is_some()
+        || settings.user.is_some()
+        || settings.token.is_some()
 }
 
 /// Starts connecting to `url`; returns at once, the connection is made in the background.
@@ -93,9 +184,12 @@ pub async fn connect(
     name: &str,
     health: Health,
 ) -> Result<Client, ConnectError> {
-    let servers = server_addrs(url)?;
-    authenticated(settings)
-        .await?
+    let (servers, url_credentials) = broker_servers(url)?;
+    let mut options = authenticated(settings).await?;
+    if let Some(credentials) = url_credentials.filter(|_| !has_auth(settings)) {
+        options = credentials.apply(options);
+    }
+    options
         .name(format!("timer-service {name}"))
         .retry_on_initial_connect()
         .max_reconnects(None)
@@ -128,7 +222,7 @@ pub async fn connect(
         .connect(servers)
         .await
         .map_err(|source| ConnectError::Url {
-            url: url.to_owned(),
+            url: redact_url(url),
             source,
         })
 }
@@ -140,4 +234,42 @@ pub fn jetstream_context(client: Client) -> jetstream::Context {
         .timeout(JETSTREAM_TIMEOUT)
         .ack_timeout(JETSTREAM_TIMEOUT)
         .build(client)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_leave_the_urls_for_the_connection_options() {
+        let (servers, credentials) =
+            broker_servers("nats://svc:p%40ss%2Fw0rd@n1:4222, nats://svc:p%40ss%2Fw0rd@n2")
+                .unwrap();
+        assert_eq!(
+            credentials,
+            Some(UrlCredentials::UserPassword {
+                user: "svc".into(),
+                password: "p@ss/w0rd".into()
+            })
+        );
+        for server in &servers {
+            assert!(server.username().is_none() && server.password().is_none());
+            assert!(!format!("{server:?}").contains("w0rd"));
+        }
+        let (_, token) = broker_servers("tls://t0ken@nats").unwrap();
+        assert_eq!(token, Some(UrlCredentials::Token("t0ken".into())));
+        assert!(!format!("{token:?}").contains("t0ken"));
+        assert!(matches!(
+            broker_servers("nats://a:x@n1,nats://a:y@n2"),
+            Err(ConnectError::UrlCredentials)
+        ));
+    }
+
+    #[test]
+    fn a_bad_url_is_reported_without_its_password() {
+        let error = server_addrs("nats://svc:s3cret@nats:port").unwrap_err();
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("svc:***@nats"), "{shown}");
+    }
 }

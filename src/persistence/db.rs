@@ -169,8 +169,9 @@ pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     Ok((stats.f_bavail as u64).saturating_mul(stats.f_frsize as u64))
 }
 
-/// Where the timers are kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the timers are kept. Its `Debug` shows the PostgreSQL URL redacted, like
+/// [`DatabaseTarget::describe`].
+#[derive(Clone, PartialEq, Eq)]
 pub enum DatabaseTarget {
     Sqlite {
         path: PathBuf,
@@ -190,18 +191,28 @@ impl DatabaseTarget {
         }
     }
 
-    /// For logs: the file, or the PostgreSQL URL without its password.
+    /// For logs and errors: the file, or the PostgreSQL URL without its password (in the
+    /// user part or in the query string).
     pub fn describe(&self) -> String {
         match self {
             Self::Sqlite { path, .. } => path.display().to_string(),
-            Self::Postgres { url } => match (url.find("://"), url.rfind('@')) {
-                (Some(scheme), Some(at)) if at > scheme => {
-                    let userinfo = &url[scheme + 3..at];
-                    let user = userinfo.split(':').next().unwrap_or_default();
-                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-                }
-                _ => url.clone(),
-            },
+            Self::Postgres { url } => crate::config::redact_url(url),
+        }
+    }
+}
+
+impl std::fmt::Debug for DatabaseTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite { path, settings } => f
+                .debug_struct("Sqlite")
+                .field("path", path)
+                .field("settings", settings)
+                .finish(),
+            Self::Postgres { .. } => f
+                .debug_struct("Postgres")
+                .field("url", &self.describe())
+                .finish(),
         }
     }
 }
@@ -260,18 +271,60 @@ async fn open(
 /// Key of the PostgreSQL advisory lock that migrations hold.
 const MIGRATION_LOCK: i64 = 0x7469_6d65_7273; // "timers"
 
+/// Creates the SQLite file at `path` readable and writable by its owner only (CONTRACT.md §4;
+/// SQLite gives its `-wal` and `-shm` files the same mode), unless it exists: an operator's
+/// file keeps the mode it was given, with a warning if others may read it. Says whether it
+/// created the file.
+fn create_owner_only(path: &Path) -> Result<bool, DbErr> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let failed = |e: std::io::Error| DbErr::Custom(format!("{}: {e}", path.display()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        // An empty file is an empty database to SQLite.
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mode = std::fs::metadata(path)
+                .map_err(failed)?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    path = %path.display(),
+                    mode = format!("{:o}", mode & 0o777),
+                    "the database file is open to other users; chmod 600 it"
+                );
+            }
+            Ok(false)
+        }
+        Err(e) => Err(failed(e)),
+    }
+}
+
 /// Brings the schema up to date, creating the SQLite file when absent. On PostgreSQL, daemons
 /// starting together take turns (an advisory lock, on the one connection migrations use):
 /// concurrent `CREATE TABLE`s of the same table fail there.
+///
+/// Logs what it opened: a relative `db_path` read from another working directory would
+/// otherwise create a new, empty database unnoticed.
 pub async fn migrate(target: &DatabaseTarget) -> Result<(), DbErr> {
     match target {
         DatabaseTarget::Sqlite { path, settings } => {
+            let created = create_owner_only(path)?;
+            let absolute = std::fs::canonicalize(path)
+                .or_else(|_| std::path::absolute(path))
+                .unwrap_or_else(|_| path.clone());
+            tracing::info!(path = %absolute.display(), created, "database file opened");
             let db = open(path, settings, true).await?;
             Migrator::up(&db, None).await?;
             db.close().await
         }
         DatabaseTarget::Postgres { .. } => {
             let db = connect(target, 1).await?;
+            tracing::info!(url = %target.describe(), "database opened");
             db.execute_unprepared(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
                 .await?;
             let migrated = Migrator::up(&db, None).await;
