@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use common::{TestClient, eventually};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use timer_service::actors::{ApiResponder, NamedActor};
 use timer_service::domain::TimerState;
@@ -557,4 +557,164 @@ async fn the_api_is_discoverable_as_a_micro_service() {
         .unwrap();
     assert!(stats_endpoint["num_requests"].as_u64().unwrap() >= 2);
     daemon.shutdown().await.unwrap();
+}
+
+/// The `reason` series of the drop counter of a daemon process's `/metrics`.
+async fn dropped(addr: &str, reason: &str) -> f64 {
+    let series = format!("timer_api_requests_dropped_total{{daemon=\"test\",reason=\"{reason}\"}}");
+    match common::http_get(addr, "/metrics").await {
+        Some((200, body)) => common::metric(&body, &series).unwrap_or(0.0),
+        _ => 0.0,
+    }
+}
+
+/// Whether a message is waiting on `subscriber` (never waits for one).
+fn received(subscriber: &mut async_nats::Subscriber) -> Option<async_nats::Message> {
+    subscriber.next().now_or_never().flatten()
+}
+
+/// A tenant naming another tenant's subject (or any non-inbox subject) as its reply subject
+/// gets nothing published there: the request is dropped and counted, and a proper request is
+/// still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_go_only_to_inboxes() {
+    let server = common::NatsServer::start();
+    let scratch = common::Scratch::new();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let _daemon =
+        common::DaemonProcess::start_with(&server, &scratch, &[("TIMER_HTTP_LISTEN", &addr)]);
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    api_ready(&client).await;
+
+    let foreign = ["timer.evt.due.globex", "timer.cmd.cancel.globex", "foo.bar"];
+    let mut watching = Vec::new();
+    for subject in foreign.iter().chain(&["timer.evt.>", "timer.cmd.>"]) {
+        watching.push(client.client.subscribe(subject.to_string()).await.unwrap());
+    }
+    client.client.flush().await.unwrap();
+    for reply in foreign {
+        for verb in ["stats", "list", "get"] {
+            client
+                .client
+                .publish_with_reply(
+                    format!("timer.api.{verb}.acme"),
+                    reply.to_owned(),
+                    r#"{"serviceCallId":"x"}"#.into(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    client
+        .client
+        .publish("timer.api.stats.acme".to_owned(), "{}".into())
+        .await
+        .unwrap();
+    client.client.flush().await.unwrap();
+
+    // A dropped request is counted before it could be answered: once all are counted, any
+    // reply to them would have been sent. A reply seen earlier ends the wait too.
+    eventually(Duration::from_secs(10), "the drops counted", || {
+        for subscriber in &mut watching {
+            if let Some(m) = received(subscriber) {
+                panic!(
+                    "the service published on {} for a request of acme: {:?}",
+                    m.subject,
+                    String::from_utf8_lossy(&m.payload)
+                );
+            }
+        }
+        let addr = addr.clone();
+        async move {
+            let counted = dropped(&addr, "reply_not_inbox").await == 9.0
+                && dropped(&addr, "no_reply").await == 1.0;
+            counted.then_some(())
+        }
+    })
+    .await;
+
+    // A request from a client's own inbox is answered as ever.
+    let stats = ok(&client, "timer.api.stats.acme", json!({})).await;
+    assert_eq!(stats["scheduled"], 0);
+    for subscriber in &mut watching {
+        if let Some(m) = received(subscriber) {
+            panic!("the service published on {}", m.subject);
+        }
+    }
+    // Nothing reached a stream either: no event on globex's subjects, and no reply stored as a
+    // globex command (it would have come back as a rejection).
+    client.barrier("acme").await;
+    let events = client.events("timer.evt.>").await;
+    assert!(
+        events.iter().all(|e| !e.subject.ends_with(".globex")),
+        "{:?}",
+        events.iter().map(|e| &e.subject).collect::<Vec<_>>()
+    );
+    assert_eq!(dropped(&addr, "reply_not_inbox").await, 9.0);
+}
+
+/// With `[nats] inbox_prefix` set to the prefix the clients use, their requests are answered
+/// and a reply to the default inbox prefix is a foreign subject like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_inbox_prefix_is_where_replies_go() {
+    let server = common::NatsServer::start();
+    let scratch = common::Scratch::new();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let _daemon = common::DaemonProcess::start_with(
+        &server,
+        &scratch,
+        &[
+            ("TIMER_HTTP_LISTEN", &addr),
+            ("TIMER_NATS_INBOX_PREFIX", "replies"),
+        ],
+    );
+    let plain = TestClient::connect(&server).await;
+    plain.wait_for_command_stream().await;
+    let custom = async_nats::ConnectOptions::new()
+        .custom_inbox_prefix("replies.acme")
+        .connect(server.url())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(15), "the API to answer", || async {
+        custom
+            .request("timer.api.stats.acme", "{}".into())
+            .await
+            .ok()
+    })
+    .await;
+    let reply = custom
+        .request("timer.api.list.acme", "{}".into())
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(body["timers"], json!([]));
+
+    let mut default_inbox = plain.client.subscribe("_INBOX.>").await.unwrap();
+    plain.client.flush().await.unwrap();
+    plain
+        .client
+        .publish_with_reply(
+            "timer.api.stats.acme".to_owned(),
+            "_INBOX.acme.1".to_owned(),
+            "{}".into(),
+        )
+        .await
+        .unwrap();
+    plain.client.flush().await.unwrap();
+    eventually(Duration::from_secs(10), "the drop counted", || {
+        if let Some(m) = received(&mut default_inbox) {
+            panic!("the service replied on {}", m.subject);
+        }
+        let addr = addr.clone();
+        async move { (dropped(&addr, "reply_not_inbox").await == 1.0).then_some(()) }
+    })
+    .await;
+    custom
+        .request("timer.api.stats.acme", "{}".into())
+        .await
+        .unwrap();
+    if let Some(m) = received(&mut default_inbox) {
+        panic!("the service replied on {}", m.subject);
+    }
 }
