@@ -27,6 +27,9 @@ use crate::ports::{ApiReply, ApiRequest, ApiServer, BusError, CommandPublisher};
 pub const SERVICE_NAME: &str = "timer-service";
 /// The prefix of the inboxes NATS clients receive replies on, unless they chose another.
 pub const DEFAULT_INBOX_PREFIX: &str = "_INBOX";
+/// At most this many bytes of a reason go into the `Nats-Service-Error` header; the JSON body
+/// keeps the whole reason.
+const MAX_HEADER_REASON_BYTES: usize = 512;
 /// After a dropped request is logged, further drops are only counted for this long, so that a
 /// client sending them in a loop cannot flood the log.
 const DROP_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -211,6 +214,21 @@ impl Drop for Requests {
     }
 }
 
+/// `reason` as a header value: NATS headers end at CR or LF (a value holding one cannot be
+/// sent at all), so every control character becomes a space, and the length is bounded.
+fn header_safe(reason: &str) -> String {
+    let mut safe = String::with_capacity(reason.len().min(MAX_HEADER_REASON_BYTES + 3));
+    for c in reason.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if safe.len() + c.len_utf8() > MAX_HEADER_REASON_BYTES {
+            safe.push('…');
+            break;
+        }
+        safe.push(c);
+    }
+    safe
+}
+
 struct NatsReply(async_nats::service::Request);
 
 #[async_trait]
@@ -219,10 +237,11 @@ impl ApiReply for NatsReply {
         let sent = match result {
             Ok(body) => self.0.respond(Ok(Bytes::from(body))).await,
             // The micro protocol's error headers, and a JSON body with the reason too (the
-            // library's own error reply has an empty body).
+            // library's own error reply has an empty body). The reason may quote the request,
+            // so the header gets a safe copy and the body the reason as it is.
             Err(error) => {
                 let mut headers = async_nats::HeaderMap::new();
-                headers.insert(NATS_SERVICE_ERROR, error.message.as_str());
+                headers.insert(NATS_SERVICE_ERROR, header_safe(&error.message));
                 headers.insert(NATS_SERVICE_ERROR_CODE, error.code.to_string().as_str());
                 self.0
                     .respond_with_headers(Ok(Bytes::from(error.body())), headers)
@@ -303,5 +322,20 @@ mod tests {
         assert_eq!(inbox_subjects("replies.timers"), "replies.timers.");
         assert_eq!(inbox_subjects("replies.timers."), "replies.timers.");
         assert_eq!(inbox_subjects(DEFAULT_INBOX_PREFIX), "_INBOX.");
+    }
+
+    #[test]
+    fn header_reasons_hold_no_control_character_and_are_bounded() {
+        let reason = "unknown field `a\nb\r\u{0}c`, expected `serviceCallId`";
+        let safe = header_safe(reason);
+        assert!(!safe.chars().any(char::is_control), "{safe:?}");
+        assert_eq!(safe, "unknown field `a b  c`, expected `serviceCallId`");
+        assert!(safe.parse::<async_nats::HeaderValue>().is_ok());
+
+        let long = "é".repeat(2000);
+        let safe = header_safe(&long);
+        assert!(safe.len() <= MAX_HEADER_REASON_BYTES + '…'.len_utf8());
+        assert!(safe.ends_with('…'));
+        assert_eq!(header_safe("short"), "short");
     }
 }
