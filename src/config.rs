@@ -115,6 +115,9 @@ pub struct NatsSettings {
     pub command_subject_prefix: String,
     pub event_subject_prefix: String,
     pub api_subject_prefix: String,
+    /// API replies go only to subjects under this prefix (clients' inboxes), so a request cannot
+    /// make the service publish on a subject its sender may not publish on.
+    pub inbox_prefix: String,
     /// `max_age` of the event stream when the service creates it; zero keeps events forever.
     #[serde(with = "duration")]
     pub event_max_age: Duration,
@@ -291,6 +294,7 @@ impl Default for NatsSettings {
             command_subject_prefix: DEFAULT_COMMAND_PREFIX.into(),
             event_subject_prefix: DEFAULT_EVENT_PREFIX.into(),
             api_subject_prefix: DEFAULT_API_PREFIX.into(),
+            inbox_prefix: crate::nats::api_service::DEFAULT_INBOX_PREFIX.into(),
             event_max_age: Duration::from_secs(7 * 24 * 3600),
             replicas: 1,
             credentials: None,

@@ -136,6 +136,7 @@ impl Daemon {
                     client.clone(),
                     subjects.clone(),
                     config.name.clone(),
+                    &config.nats.inbox_prefix,
                 )),
                 publisher: Arc::new(JetStreamCommandPublisher::new(js, names)),
                 clock: clock.clone(),

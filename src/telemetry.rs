@@ -28,6 +28,9 @@ pub const BROKER_CONNECTED: &str = "timer_broker_connected";
 pub const STORAGE_OK: &str = "timer_storage_ok";
 /// API requests answered, by `verb` and `code` (200, 400, 404, 500).
 pub const API_REQUESTS: &str = "timer_api_requests_total";
+/// API requests dropped unanswered, by `reason`: `reply_not_inbox` (a reply subject outside the
+/// inboxes) or `no_reply` (none at all).
+pub const API_REQUESTS_DROPPED: &str = "timer_api_requests_dropped_total";
 /// Finished timers deleted by retention.
 pub const RETENTION_DELETED: &str = "timer_retention_deleted_total";
 

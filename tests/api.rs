@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use common::{TestClient, eventually};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use timer_service::actors::{ApiResponder, NamedActor};
 use timer_service::domain::TimerState;
@@ -556,5 +556,345 @@ async fn the_api_is_discoverable_as_a_micro_service() {
         .find(|e| e["name"] == "stats")
         .unwrap();
     assert!(stats_endpoint["num_requests"].as_u64().unwrap() >= 2);
+    daemon.shutdown().await.unwrap();
+}
+
+/// The `reason` series of the drop counter of a daemon process's `/metrics`.
+async fn dropped(addr: &str, reason: &str) -> f64 {
+    let series = format!("timer_api_requests_dropped_total{{daemon=\"test\",reason=\"{reason}\"}}");
+    match common::http_get(addr, "/metrics").await {
+        Some((200, body)) => common::metric(&body, &series).unwrap_or(0.0),
+        _ => 0.0,
+    }
+}
+
+/// Whether a message is waiting on `subscriber` (never waits for one).
+fn received(subscriber: &mut async_nats::Subscriber) -> Option<async_nats::Message> {
+    subscriber.next().now_or_never().flatten()
+}
+
+/// A tenant naming another tenant's subject (or any non-inbox subject) as its reply subject
+/// gets nothing published there: the request is dropped and counted, and a proper request is
+/// still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_go_only_to_inboxes() {
+    let server = common::NatsServer::start();
+    let scratch = common::Scratch::new();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let _daemon =
+        common::DaemonProcess::start_with(&server, &scratch, &[("TIMER_HTTP_LISTEN", &addr)]);
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    api_ready(&client).await;
+
+    let foreign = ["timer.evt.due.globex", "timer.cmd.cancel.globex", "foo.bar"];
+    let mut watching = Vec::new();
+    for subject in foreign.iter().chain(&["timer.evt.>", "timer.cmd.>"]) {
+        watching.push(client.client.subscribe(subject.to_string()).await.unwrap());
+    }
+    client.client.flush().await.unwrap();
+    for reply in foreign {
+        for verb in ["stats", "list", "get"] {
+            client
+                .client
+                .publish_with_reply(
+                    format!("timer.api.{verb}.acme"),
+                    reply.to_owned(),
+                    r#"{"serviceCallId":"x"}"#.into(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    client
+        .client
+        .publish("timer.api.stats.acme".to_owned(), "{}".into())
+        .await
+        .unwrap();
+    client.client.flush().await.unwrap();
+
+    // A dropped request is counted before it could be answered: once all are counted, any
+    // reply to them would have been sent. A reply seen earlier ends the wait too.
+    eventually(Duration::from_secs(10), "the drops counted", || {
+        for subscriber in &mut watching {
+            if let Some(m) = received(subscriber) {
+                panic!(
+                    "the service published on {} for a request of acme: {:?}",
+                    m.subject,
+                    String::from_utf8_lossy(&m.payload)
+                );
+            }
+        }
+        let addr = addr.clone();
+        async move {
+            let counted = dropped(&addr, "reply_not_inbox").await == 9.0
+                && dropped(&addr, "no_reply").await == 1.0;
+            counted.then_some(())
+        }
+    })
+    .await;
+
+    // A request from a client's own inbox is answered as ever.
+    let stats = ok(&client, "timer.api.stats.acme", json!({})).await;
+    assert_eq!(stats["scheduled"], 0);
+    for subscriber in &mut watching {
+        if let Some(m) = received(subscriber) {
+            panic!("the service published on {}", m.subject);
+        }
+    }
+    // Nothing reached a stream either: no event on globex's subjects, and no reply stored as a
+    // globex command (it would have come back as a rejection).
+    client.barrier("acme").await;
+    let events = client.events("timer.evt.>").await;
+    assert!(
+        events.iter().all(|e| !e.subject.ends_with(".globex")),
+        "{:?}",
+        events.iter().map(|e| &e.subject).collect::<Vec<_>>()
+    );
+    assert_eq!(dropped(&addr, "reply_not_inbox").await, 9.0);
+}
+
+/// With `[nats] inbox_prefix` set to the prefix the clients use, their requests are answered
+/// and a reply to the default inbox prefix is a foreign subject like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_inbox_prefix_is_where_replies_go() {
+    let server = common::NatsServer::start();
+    let scratch = common::Scratch::new();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let _daemon = common::DaemonProcess::start_with(
+        &server,
+        &scratch,
+        &[
+            ("TIMER_HTTP_LISTEN", &addr),
+            ("TIMER_NATS_INBOX_PREFIX", "replies"),
+        ],
+    );
+    let plain = TestClient::connect(&server).await;
+    plain.wait_for_command_stream().await;
+    let custom = async_nats::ConnectOptions::new()
+        .custom_inbox_prefix("replies.acme")
+        .connect(server.url())
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(15), "the API to answer", || async {
+        custom
+            .request("timer.api.stats.acme", "{}".into())
+            .await
+            .ok()
+    })
+    .await;
+    let reply = custom
+        .request("timer.api.list.acme", "{}".into())
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(body["timers"], json!([]));
+
+    let mut default_inbox = plain.client.subscribe("_INBOX.>").await.unwrap();
+    plain.client.flush().await.unwrap();
+    plain
+        .client
+        .publish_with_reply(
+            "timer.api.stats.acme".to_owned(),
+            "_INBOX.acme.1".to_owned(),
+            "{}".into(),
+        )
+        .await
+        .unwrap();
+    plain.client.flush().await.unwrap();
+    eventually(Duration::from_secs(10), "the drop counted", || {
+        if let Some(m) = received(&mut default_inbox) {
+            panic!("the service replied on {}", m.subject);
+        }
+        let addr = addr.clone();
+        async move { (dropped(&addr, "reply_not_inbox").await == 1.0).then_some(()) }
+    })
+    .await;
+    custom
+        .request("timer.api.stats.acme", "{}".into())
+        .await
+        .unwrap();
+    if let Some(m) = received(&mut default_inbox) {
+        panic!("the service replied on {}", m.subject);
+    }
+}
+
+/// A request on `subject` with raw `body`: the error code, the error header and the body.
+async fn raw_request(
+    client: &TestClient,
+    subject: &str,
+    body: Vec<u8>,
+) -> (Option<String>, Option<String>, Vec<u8>) {
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.client.request(subject.to_owned(), body.into()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{subject}: no reply in time"))
+    .unwrap_or_else(|e| panic!("{subject}: no reply: {e}"));
+    let header = |name: &str| {
+        reply
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_owned())
+    };
+    (
+        header("Nats-Service-Error-Code"),
+        header("Nats-Service-Error"),
+        reply.payload.to_vec(),
+    )
+}
+
+/// A small seeded generator, so a failing body can be reproduced.
+struct Bytes(u64);
+
+impl Bytes {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+
+    /// A short text of control characters, quotes, non-ASCII and plain letters.
+    fn text(&mut self) -> String {
+        const CHARS: &[char] = &[
+            'a', 'Z', '7', '\n', '\r', '\0', '\t', '\u{1b}', '"', '\\', 'é', '→', '\u{7f}', ' ',
+        ];
+        (0..self.below(12))
+            .map(|_| CHARS[self.below(CHARS.len())])
+            .collect()
+    }
+
+    /// A request body: raw bytes, or a JSON object whose keys and values are such texts.
+    fn body(&mut self) -> Vec<u8> {
+        match self.below(3) {
+            0 => {
+                let len = self.below(200);
+                self.bytes(len)
+            }
+            _ => {
+                let mut object = serde_json::Map::new();
+                for _ in 0..self.below(4) {
+                    let key = if self.below(3) == 0 {
+                        "serviceCallId".to_owned()
+                    } else {
+                        self.text()
+                    };
+                    object.insert(key, Value::String(self.text()));
+                }
+                serde_json::to_vec(&object).unwrap()
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_is_answered_whatever_its_body() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    let before = daemon.actor_id(ApiResponder::NAME);
+    let mut garbage = Bytes(0x5eed);
+    let bodies: Vec<(&str, Vec<u8>)> = vec![
+        ("a key with a newline", br#"{"a\nb":1}"#.to_vec()),
+        (
+            "a service call id with CR LF",
+            br#"{"serviceCallId":"x\r\ny"}"#.to_vec(),
+        ),
+        ("invalid UTF-8", vec![b'{', 0xff, 0xfe, b'}']),
+        ("a NUL byte", vec![0]),
+        ("1 MiB of garbage", garbage.bytes(1024 * 1024)),
+    ];
+    for verb in ["get", "list", "cancel", "stats"] {
+        let subject = format!("timer.api.{verb}.acme");
+        for (what, body) in &bodies {
+            let (code, header, body) = raw_request(&client, &subject, body.clone()).await;
+            let code: u16 = code
+                .unwrap_or_else(|| panic!("{verb}, {what}: no error code"))
+                .parse()
+                .unwrap();
+            assert!((400..500).contains(&code), "{verb}, {what}: {code}");
+            let header = header.unwrap_or_default();
+            assert!(!header.trim().is_empty(), "{verb}, {what}: no reason");
+            assert!(!header.chars().any(char::is_control), "{header:?}");
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            let reason = body["error"].as_str().unwrap_or_default();
+            assert!(!reason.is_empty(), "{verb}, {what}: {body}");
+        }
+    }
+    let key = raw_request(&client, "timer.api.stats.acme", br#"{"a\nb":1}"#.to_vec()).await;
+    let body: Value = serde_json::from_slice(&key.2).unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("a\nb"),
+        "the body keeps the reason as it is: {body}"
+    );
+    assert_eq!(daemon.actor_id(ApiResponder::NAME), before);
+    daemon.shutdown().await.unwrap();
+}
+
+/// A few hundred random bodies, each on its own reply subject: each gets exactly one reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_random_body_gets_exactly_one_reply() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    let mut replies = client.client.subscribe("_INBOX.random.>").await.unwrap();
+    client.client.flush().await.unwrap();
+    let mut random = Bytes(0xdec0_de5e_ed01);
+    let verbs = ["get", "list", "cancel", "stats"];
+    let total = 300;
+    for i in 0..=total {
+        // The last one is a plain request: once it is answered, a second reply to any earlier
+        // one would be waiting already.
+        let (subject, body) = if i == total {
+            ("timer.api.stats.acme".to_owned(), b"{}".to_vec())
+        } else {
+            let verb = verbs[random.below(verbs.len())];
+            (format!("timer.api.{verb}.acme"), random.body())
+        };
+        let inbox = format!("_INBOX.random.{i}");
+        client
+            .client
+            .publish_with_reply(subject.clone(), inbox.clone(), body.clone().into())
+            .await
+            .unwrap();
+        let reply = tokio::time::timeout(Duration::from_secs(10), replies.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no reply to {subject} with body {:?}",
+                    String::from_utf8_lossy(&body)
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            reply.subject.as_str(),
+            inbox,
+            "one reply per request, in turn"
+        );
+        if let Some(code) = reply
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Service-Error-Code"))
+        {
+            assert!(
+                ["400", "404"].contains(&code.as_str()),
+                "{subject} {:?}: {code}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+    }
+    if let Some(extra) = received(&mut replies) {
+        panic!("a second reply on {}", extra.subject);
+    }
     daemon.shutdown().await.unwrap();
 }

@@ -180,10 +180,15 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
         let text = e["payload"]["reason"].as_str().unwrap();
         assert!(text.contains(reason), "expected {reason:?} in {text:?}");
         assert_eq!(e["payload"]["subject"], *subject);
-        assert_eq!(
-            e["payload"]["original"],
-            String::from_utf8_lossy(bytes).as_ref()
-        );
+        // Quoted whole up to 4 KiB; the start of it, flagged, past that.
+        let original = String::from_utf8_lossy(bytes);
+        if original.len() <= 4096 {
+            assert_eq!(e["payload"]["original"], original.as_ref());
+            assert!(e["payload"].get("truncated").is_none());
+        } else {
+            assert_eq!(e["payload"]["original"], &original[..4096]);
+            assert_eq!(e["payload"]["truncated"], true);
+        }
     }
     assert_eq!(
         client.count_due("acme", "bad").await,
@@ -199,5 +204,77 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
     )
     .await;
     assert!(daemon.actor_id(CommandHandler::NAME).is_some());
+    daemon.shutdown().await.unwrap();
+}
+
+/// A correlation id the database would refuse (a NUL, 3,000 characters) is rejected by
+/// validation, alone: the timers sent right after it are stored and fire. A command naming
+/// another tenant in its envelope or payload is reported to the tenant of its subject only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn correlation_ids_the_database_would_refuse_are_rejected_alone() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    let later = "2030-01-01T00:00:00Z";
+    let long = "c".repeat(3000);
+    let mut in_envelope = schedule_command("acme", "long-env", later, None);
+    in_envelope["correlationId"] = json!(long);
+    let mut as_globex = schedule_command("globex", "steer", later, None);
+    as_globex["tenantId"] = json!("globex");
+    let bad: Vec<(serde_json::Value, &str)> = vec![
+        (
+            schedule_command("acme", "nul", later, Some("req\u{0}42")),
+            "contains a control character",
+        ),
+        (
+            schedule_command("acme", "long", later, Some(&long)),
+            "got 3000",
+        ),
+        (in_envelope, "envelope correlationId"),
+        (as_globex, "tenant mismatch"),
+    ];
+    for (command, _) in &bad {
+        client
+            .publish_raw(
+                "timer.cmd.schedule.acme",
+                serde_json::to_vec(command).unwrap(),
+            )
+            .await;
+    }
+    let due_at = Utc::now() + chrono::Duration::milliseconds(500);
+    let ids: Vec<String> = (0..20).map(|i| format!("after-{i}")).collect();
+    for id in &ids {
+        client
+            .schedule("acme", id, due_at, Some(&format!("trace-{id}")))
+            .await;
+    }
+    client
+        .await_all_fired("acme", &ids, Duration::from_secs(15))
+        .await;
+
+    let rejections = client
+        .await_events("timer.evt.rejected.>", bad.len(), Duration::from_secs(10))
+        .await;
+    assert_eq!(rejections.len(), bad.len(), "one rejection per bad command");
+    for (rejection, (_, reason)) in rejections.iter().zip(&bad) {
+        assert_eq!(rejection.subject, "timer.evt.rejected.acme");
+        assert_eq!(rejection.envelope["tenantId"], "acme");
+        let text = rejection.envelope["payload"]["reason"].as_str().unwrap();
+        assert!(text.contains(reason), "expected {reason:?} in {text:?}");
+    }
+    for id in ["nul", "long", "long-env", "steer"] {
+        assert_eq!(client.count_due("acme", id).await, 0, "{id} was stored");
+    }
+    assert!(
+        client
+            .events("timer.evt.>")
+            .await
+            .iter()
+            .all(|e| !e.subject.ends_with(".globex"))
+    );
+    eventually(
+        Duration::from_secs(5),
+        "no outstanding commands",
+        || async { (client.commands_outstanding().await == 0).then_some(()) },
+    )
+    .await;
     daemon.shutdown().await.unwrap();
 }

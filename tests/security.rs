@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::Utc;
 use common::pki::{CertFiles, Pki};
 use common::{NatsServer, Scratch, config, eventually};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::json;
 use timer_service::Daemon;
 use timer_service::client::TimerClient;
@@ -84,6 +84,9 @@ async fn over_tls_with_credentials_each_tenant_reaches_only_its_own_timers() {
     daemon_config.nats.tls_ca = Some(pki.ca_file.clone());
     daemon_config.nats.tls_cert = Some(service_cert.cert.clone());
     daemon_config.nats.tls_key = Some(service_cert.key.clone());
+    let http = format!("127.0.0.1:{}", common::free_port());
+    daemon_config.http.listen = http.clone();
+    daemon_config.name = "test".into();
     let daemon = Daemon::start(daemon_config).await.unwrap();
     eventually(
         Duration::from_secs(15),
@@ -162,6 +165,35 @@ async fn over_tls_with_credentials_each_tenant_reaches_only_its_own_timers() {
         forged.unwrap_err().code(),
         Some(404),
         "nothing was stored for acme's forgery"
+    );
+
+    // Nor can acme have the service publish for it: a reply subject on globex's events is no
+    // inbox, so the request is dropped (counted before it could be answered) and globex's
+    // subscriber, which sees its own events, gets nothing.
+    acme_nats
+        .publish_with_reply("timer.api.stats.acme", "timer.evt.due.globex", "{}".into())
+        .await
+        .unwrap();
+    acme_nats.flush().await.unwrap();
+    let dropped = "timer_api_requests_dropped_total{daemon=\"test\",reason=\"reply_not_inbox\"}";
+    eventually(Duration::from_secs(10), "the drop counted", || {
+        if let Some(Some(m)) = globex_events.next().now_or_never() {
+            panic!(
+                "acme's request was answered on globex's event subject: {:?}",
+                String::from_utf8_lossy(&m.payload)
+            );
+        }
+        let http = http.clone();
+        async move {
+            let (_, body) = common::http_get(&http, "/metrics").await?;
+            (common::metric(&body, dropped)? == 1.0).then_some(())
+        }
+    })
+    .await;
+    acme.get("acme", "mine").await.unwrap();
+    assert!(
+        globex_events.next().now_or_never().is_none(),
+        "acme's request was answered on globex's event subject"
     );
 
     // No client certificate, or a wrong password: no connection at all.

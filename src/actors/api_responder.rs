@@ -8,14 +8,16 @@
 //! command later and changes nothing). A bad request is answered 400 with a reason.
 //!
 //! Requests are handled in tasks of their own (at most [`MAX_IN_FLIGHT`] at once), so a slow
-//! one holds up no other; a request's failure or panic reaches only its caller. When the
-//! service cannot receive any more (the connection closed), the actor fails and is restarted.
+//! one holds up no other; a request's failure or panic reaches only its caller, who is answered
+//! 500 either way. When the service cannot receive any more (the connection closed), the actor
+//! fails and is restarted.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::Semaphore;
 
@@ -154,28 +156,71 @@ async fn serve(
         };
         let handler = handler.clone();
         tokio::spawn(async move {
-            let result = handler.handle(&request.subject, &request.payload).await;
-            let verb = handler.verb_of(&request.subject);
-            let code = result.as_ref().map_or_else(|e| e.code, |_| 200);
-            metrics::counter!(crate::telemetry::API_REQUESTS, "verb" => verb, "code" => code.to_string())
-                .increment(1);
-            if let Err(e) = &result {
-                let level_error = e.code >= 500;
-                if level_error {
-                    tracing::error!(actor = ApiResponder::NAME, subject = %request.subject,
-                        code = e.code, reason = %e.message, "API request failed");
-                } else {
-                    tracing::debug!(actor = ApiResponder::NAME, subject = %request.subject,
-                        code = e.code, reason = %e.message, "API request refused");
-                }
-            }
-            if let Err(e) = request.reply.send(result).await {
-                tracing::warn!(actor = ApiResponder::NAME, error = %e, "API reply not sent");
-            }
+            answer(&handler, request).await;
             drop(slot);
         });
     }
     let _ = actor.cast(ApiResponderMsg::Ended);
+}
+
+/// The reason a client reads when its request hit a fault of the service rather than of the
+/// request: the details are in the service's log, not in the reply.
+const UNEXPECTED: &str = "the request failed unexpectedly; the service logged why";
+
+/// Handles one request and sends its one reply. A panic while handling it, or while sending
+/// the reply, still answers 500 (the client is not left waiting for a timeout) and is logged.
+async fn answer(handler: &Handler, request: ApiRequest) {
+    let verb = handler.verb_of(&request.subject);
+    let handled = AssertUnwindSafe(handler.handle(&request.subject, &request.payload))
+        .catch_unwind()
+        .await;
+    let result = handled.unwrap_or_else(|panic| {
+        tracing::error!(actor = ApiResponder::NAME, subject = %request.subject,
+            panic = panic_message(panic.as_ref()), "API request handling panicked");
+        Err(ApiError::internal(UNEXPECTED))
+    });
+    if let Err(e) = &result {
+        if e.code >= 500 {
+            tracing::error!(actor = ApiResponder::NAME, subject = %request.subject,
+                code = e.code, reason = %e.message, "API request failed");
+        } else {
+            tracing::debug!(actor = ApiResponder::NAME, subject = %request.subject,
+                code = e.code, reason = %e.message, "API request refused");
+        }
+    }
+    let mut code = result.as_ref().map_or_else(|e| e.code, |_| 200);
+    match AssertUnwindSafe(request.reply.send(result))
+        .catch_unwind()
+        .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(actor = ApiResponder::NAME, error = %e, "API reply not sent"),
+        Err(panic) => {
+            tracing::error!(actor = ApiResponder::NAME, subject = %request.subject,
+                panic = panic_message(panic.as_ref()), "sending an API reply panicked; \
+                 answering 500 instead");
+            code = 500;
+            let fallback =
+                AssertUnwindSafe(request.reply.send(Err(ApiError::internal(UNEXPECTED))))
+                    .catch_unwind()
+                    .await;
+            if !matches!(fallback, Ok(Ok(()))) {
+                tracing::error!(actor = ApiResponder::NAME, subject = %request.subject,
+                    "API request left unanswered: even the 500 reply could not be sent");
+            }
+        }
+    }
+    metrics::counter!(crate::telemetry::API_REQUESTS, "verb" => verb, "code" => code.to_string())
+        .increment(1);
+}
+
+/// The text a panic was raised with, when it has one.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// Everything one request needs; cheap to clone into each request's task.
@@ -332,5 +377,97 @@ impl Handler {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::ports::{ApiReply, BusError, SystemClock};
+
+    /// A publisher that fails the way a bug would: by panicking.
+    struct PanickingPublisher;
+
+    #[async_trait]
+    impl CommandPublisher for PanickingPublisher {
+        async fn publish(&self, _subject: String, _payload: Bytes) -> Result<u64, BusError> {
+            panic!("a bug while publishing");
+        }
+
+        async fn handled_through(&self) -> Result<u64, BusError> {
+            Ok(0)
+        }
+    }
+
+    /// Records the code of every reply sent; panics on the first `panics` sends.
+    #[derive(Clone, Default)]
+    struct Replies {
+        codes: Arc<Mutex<Vec<u16>>>,
+        panics: Arc<Mutex<usize>>,
+    }
+
+    #[async_trait]
+    impl ApiReply for Replies {
+        async fn send(&self, result: Result<Vec<u8>, ApiError>) -> Result<(), BusError> {
+            let panic_now = {
+                let mut panics = self.panics.lock().unwrap();
+                let panic_now = *panics > 0;
+                *panics = panics.saturating_sub(1);
+                panic_now
+            };
+            assert!(!panic_now, "a bug while replying");
+            let code = result.as_ref().map_or_else(|e| e.code, |_| 200);
+            self.codes.lock().unwrap().push(code);
+            Ok(())
+        }
+    }
+
+    fn handler() -> Handler {
+        Handler {
+            persistence: crate::actors::registry::Registry::new("api-test").persistence(),
+            publisher: Arc::new(PanickingPublisher),
+            clock: Arc::new(SystemClock),
+            subjects: Subjects::default(),
+        }
+    }
+
+    fn request(subject: &str, body: &str, replies: &Replies) -> ApiRequest {
+        ApiRequest {
+            subject: subject.into(),
+            payload: Bytes::from(body.to_owned()),
+            reply: Box::new(replies.clone()),
+        }
+    }
+
+    fn codes(replies: &Replies) -> Vec<u16> {
+        replies.codes.lock().unwrap().clone()
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_handling_a_request_is_answered_500() {
+        let replies = Replies::default();
+        let cancel = request(
+            "timer.api.cancel.acme",
+            r#"{"serviceCallId":"sc-7"}"#,
+            &replies,
+        );
+        answer(&handler(), cancel).await;
+        assert_eq!(codes(&replies), [500]);
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_replying_is_answered_500_once() {
+        let replies = Replies::default();
+        *replies.panics.lock().unwrap() = 1;
+        answer(&handler(), request("timer.api.stats.acme", "[", &replies)).await;
+        assert_eq!(codes(&replies), [500]);
+
+        let replies = Replies::default();
+        answer(&handler(), request("timer.api.stats.acme", "[", &replies)).await;
+        assert_eq!(codes(&replies), [400], "no panic, the request's own answer");
     }
 }

@@ -17,6 +17,9 @@ pub const SCHEDULE_TIMER: &str = "ScheduleTimer";
 pub const CANCEL_TIMER: &str = "CancelTimer";
 const MAX_TENANT_ID_CHARS: usize = 64;
 const MAX_SERVICE_CALL_ID_CHARS: usize = 128;
+/// Within what both backends store and index: PostgreSQL refuses NUL in text, and its btree
+/// refuses keys of more than about 2.7 kB, either of which would block a whole batch.
+const MAX_CORRELATION_ID_CHARS: usize = 256;
 
 /// `ScheduleTimer` payload as it appears on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,6 +72,22 @@ pub fn check_service_call_id(service_call_id: &str) -> Result<(), String> {
     if service_call_id.chars().any(char::is_control) {
         return Err(format!(
             "serviceCallId {service_call_id:?} contains a control character"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a correlation id: 1–256 characters, none of them a control character (NUL included).
+pub fn check_correlation_id(correlation_id: &str) -> Result<(), String> {
+    let chars = correlation_id.chars().count();
+    if chars == 0 || chars > MAX_CORRELATION_ID_CHARS {
+        return Err(format!(
+            "correlationId must be 1–{MAX_CORRELATION_ID_CHARS} characters, got {chars}"
+        ));
+    }
+    if correlation_id.chars().any(char::is_control) {
+        return Err(format!(
+            "correlationId {correlation_id:?} contains a control character"
         ));
     }
     Ok(())
@@ -165,9 +184,18 @@ pub fn parse_command(
             (payload.service_call_id, None, Action::Cancel)
         }
     };
-    let correlation_id = payload_correlation
-        .or(envelope.correlation_id)
-        .unwrap_or_else(new_correlation_id);
+    // The one stored is checked: payload first, then envelope.
+    let correlation_id = match (payload_correlation, envelope.correlation_id) {
+        (Some(id), _) => {
+            check_correlation_id(&id).map_err(|e| reject(format!("payload {e}")))?;
+            id
+        }
+        (None, Some(id)) => {
+            check_correlation_id(&id).map_err(|e| reject(format!("envelope {e}")))?;
+            id
+        }
+        (None, None) => new_correlation_id(),
+    };
 
     Ok(Command {
         tenant_id: tenant_id.to_owned(),
@@ -321,6 +349,71 @@ mod tests {
         let mut e = envelope(p);
         e.as_object_mut().unwrap().remove("correlationId");
         assert_eq!(parse(SUBJECT, &e).unwrap().correlation_id, "generated");
+    }
+
+    #[test]
+    fn correlation_ids_are_checked_where_they_come_from() {
+        let long = "c".repeat(3000);
+        for (place, value, reason) in [
+            (
+                "payload",
+                json!("a\u{0}b"),
+                "payload correlationId \"a\\0b\" contains a control",
+            ),
+            ("payload", json!("tab\there"), "control character"),
+            (
+                "payload",
+                json!(long),
+                "payload correlationId must be 1–256 characters, got 3000",
+            ),
+            ("payload", json!(""), "got 0"),
+            ("envelope", json!("x\ny"), "envelope correlationId"),
+            (
+                "envelope",
+                json!("c".repeat(257)),
+                "envelope correlationId must be 1–256",
+            ),
+        ] {
+            let mut e = envelope(valid_payload());
+            if place == "payload" {
+                e["payload"]["correlationId"] = value;
+            } else {
+                e["payload"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("correlationId");
+                e["correlationId"] = value;
+            }
+            let rejection = parse(SUBJECT, &e).unwrap_err();
+            assert!(rejection.reason.contains(reason), "{}", rejection.reason);
+            assert_eq!(rejection.tenant_id, "acme");
+        }
+        // At the limit, in characters rather than bytes; an unused envelope id is not stored.
+        let mut e = envelope(valid_payload());
+        e["payload"]["correlationId"] = json!("é".repeat(256));
+        e["correlationId"] = json!("never\u{0}stored");
+        assert_eq!(parse(SUBJECT, &e).unwrap().correlation_id, "é".repeat(256));
+        let mut cancel = envelope(json!({"tenantId": "acme", "serviceCallId": "sc-7"}));
+        cancel["type"] = json!("CancelTimer");
+        cancel["correlationId"] = json!("nul\u{0}");
+        assert!(
+            parse("timer.cmd.cancel.acme", &cancel)
+                .unwrap_err()
+                .reason
+                .contains("envelope correlationId")
+        );
+    }
+
+    #[test]
+    fn a_rejection_goes_to_the_tenant_of_the_subject_whatever_the_message_names() {
+        let mut e = envelope(valid_payload());
+        e["tenantId"] = json!("globex");
+        e["payload"]["tenantId"] = json!("globex");
+        let rejection = parse(SUBJECT, &e).unwrap_err();
+        assert_eq!(rejection.tenant_id, "acme");
+        e["tenantId"] = json!("acme");
+        let rejection = parse(SUBJECT, &e).unwrap_err();
+        assert_eq!(rejection.tenant_id, "acme");
     }
 
     fn reason_of(subject: &str, bytes: &[u8]) -> Rejection {

@@ -14,6 +14,10 @@ pub const TIMER_COMMAND_REJECTED: &str = "TimerCommandRejected";
 
 /// Namespace of the deterministic `Nats-Msg-Id` values (UUID v5), fixed forever: changing it
 /// would let a re-publish after an upgrade slip past the broker's duplicate window.
+/// A rejection quotes at most this much of the command (in bytes of its UTF-8 text), so that
+/// oversized commands do not make oversized events.
+pub const MAX_ORIGINAL_BYTES: usize = 4096;
+
 const MSG_ID_NAMESPACE: Uuid = Uuid::from_u128(0x5d1f_1b0e_7c2a_4f3e_9a41_2c6b_8e0d_4a17);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,7 +34,11 @@ pub struct DueTimeReached {
 pub struct TimerCommandRejected {
     pub reason: String,
     pub subject: String,
+    /// The command as UTF-8 (lossy), at most [`MAX_ORIGINAL_BYTES`] of it.
     pub original: String,
+    /// Present, and true, when `original` holds only the start of the command.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// The envelope announcing that `timer` fired at `reached_at`. Time-triggered, so no
@@ -73,6 +81,24 @@ pub fn rejection_message_id(command_seq: u64) -> String {
     format!("rejected-{command_seq}")
 }
 
+/// The first [`MAX_ORIGINAL_BYTES`] of `original` as UTF-8 (lossy), cut at a character
+/// boundary, and whether anything was cut.
+fn quoted(original: &[u8]) -> (String, bool) {
+    // Each byte becomes at most three (U+FFFD), so this much input fills the quote.
+    let input = &original[..original.len().min(3 * MAX_ORIGINAL_BYTES)];
+    let mut text = String::from_utf8_lossy(input).into_owned();
+    if text.len() <= MAX_ORIGINAL_BYTES && input.len() == original.len() {
+        return (text, false);
+    }
+    let cut = (0..=MAX_ORIGINAL_BYTES.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let truncated = cut < text.len() || input.len() < original.len();
+    text.truncate(cut);
+    (text, truncated)
+}
+
 /// The envelope reporting a refused command.
 pub fn timer_command_rejected(
     tenant_id: &str,
@@ -81,6 +107,7 @@ pub fn timer_command_rejected(
     original: &[u8],
     at: DateTime<Utc>,
 ) -> MessageEnvelope<TimerCommandRejected> {
+    let (original, truncated) = quoted(original);
     MessageEnvelope::new(
         TIMER_COMMAND_REJECTED,
         tenant_id,
@@ -88,7 +115,8 @@ pub fn timer_command_rejected(
         TimerCommandRejected {
             reason: reason.to_owned(),
             subject: subject.to_owned(),
-            original: String::from_utf8_lossy(original).into_owned(),
+            original,
+            truncated,
         },
     )
 }
@@ -135,6 +163,43 @@ mod tests {
         let at = Utc.timestamp_millis_opt(0).unwrap();
         let env = timer_command_rejected("_", "bad", "timer.cmd.x", &[b'a', 0xff], at);
         assert_eq!(env.payload.original, "a\u{fffd}");
+        assert!(!env.payload.truncated);
         assert_eq!(env.message_type, "TimerCommandRejected");
+        let json = serde_json::to_value(&env).unwrap();
+        assert!(json["payload"].get("truncated").is_none(), "{json}");
+    }
+
+    #[test]
+    fn a_large_original_is_cut_to_4_kib_at_a_character_boundary() {
+        let at = Utc.timestamp_millis_opt(0).unwrap();
+        let reject = |bytes: &[u8]| timer_command_rejected("acme", "r", "s", bytes, at).payload;
+
+        let exact = vec![b'x'; MAX_ORIGINAL_BYTES];
+        let kept = reject(&exact);
+        assert_eq!(
+            (kept.original.len(), kept.truncated),
+            (MAX_ORIGINAL_BYTES, false)
+        );
+
+        let large = vec![b'x'; 70_000];
+        let cut = reject(&large);
+        assert_eq!(cut.original, "x".repeat(MAX_ORIGINAL_BYTES));
+        assert!(cut.truncated);
+        let json =
+            serde_json::to_value(timer_command_rejected("acme", "r", "s", &large, at)).unwrap();
+        assert_eq!(json["payload"]["truncated"], true);
+
+        // "é" is two bytes: one byte before the limit, the next one straddles it.
+        let mut accents = b"x".to_vec();
+        accents.extend("é".repeat(3000).as_bytes());
+        let cut = reject(&accents);
+        assert_eq!(cut.original.len(), MAX_ORIGINAL_BYTES - 1);
+        assert!(cut.original.ends_with('é') && cut.truncated);
+
+        // Invalid bytes grow threefold as U+FFFD; the quote stays within the limit.
+        let invalid = vec![0xff; 2000];
+        let cut = reject(&invalid);
+        assert!(cut.original.len() <= MAX_ORIGINAL_BYTES && cut.truncated);
+        assert!(cut.original.chars().all(|c| c == '\u{fffd}'));
     }
 }

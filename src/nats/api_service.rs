@@ -2,9 +2,14 @@
 //! name `timer-service`, one endpoint per verb on `<api prefix>.<verb>.*`, discoverable with
 //! `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS`. Daemons sharing a NATS answer in one queue group.
 //! Also the publisher that orders an API cancel in the command stream.
+//!
+//! A reply goes only to an inbox (a subject under the configured inbox prefix): the service may
+//! publish where its tenants may not (event and command subjects), so a request naming any other
+//! reply subject is dropped here, before it is handled, and counted.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use async_nats::service::{NATS_SERVICE_ERROR, NATS_SERVICE_ERROR_CODE, Service, ServiceExt};
@@ -20,20 +25,36 @@ use crate::ports::{ApiReply, ApiRequest, ApiServer, BusError, CommandPublisher};
 
 /// The service name in discovery (`nats micro ls`).
 pub const SERVICE_NAME: &str = "timer-service";
+/// The prefix of the inboxes NATS clients receive replies on, unless they chose another.
+pub const DEFAULT_INBOX_PREFIX: &str = "_INBOX";
+/// At most this many bytes of a reason go into the `Nats-Service-Error` header; the JSON body
+/// keeps the whole reason.
+const MAX_HEADER_REASON_BYTES: usize = 512;
+/// After a dropped request is logged, further drops are only counted for this long, so that a
+/// client sending them in a loop cannot flood the log.
+const DROP_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 pub struct NatsApiServer {
     client: async_nats::Client,
     subjects: Subjects,
     /// The daemon's name, in the service's metadata.
     daemon: String,
+    /// Replies go only to subjects starting with this (the inbox prefix and a dot).
+    inbox: String,
 }
 
 impl NatsApiServer {
-    pub fn new(client: async_nats::Client, subjects: Subjects, daemon: String) -> Self {
+    pub fn new(
+        client: async_nats::Client,
+        subjects: Subjects,
+        daemon: String,
+        inbox_prefix: &str,
+    ) -> Self {
         Self {
             client,
             subjects,
             daemon,
+            inbox: inbox_subjects(inbox_prefix),
         }
     }
 }
@@ -63,28 +84,121 @@ impl ApiServer for NatsApiServer {
         Ok(Requests {
             service: Some(service),
             endpoints,
+            inbox: self.inbox.clone(),
+            drops: DropLog::default(),
         }
         .boxed())
     }
 }
 
-/// The requests of every endpoint; stops the service when dropped.
+/// Why a request was dropped unanswered (the `reason` label of the drop counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dropped {
+    /// No reply subject: there is nothing to answer to.
+    NoReply,
+    /// A reply subject outside the inboxes: answering would publish where the sender may not.
+    NotInbox,
+}
+
+impl Dropped {
+    fn as_str(self) -> &'static str {
+        match self {
+            Dropped::NoReply => "no_reply",
+            Dropped::NotInbox => "reply_not_inbox",
+        }
+    }
+}
+
+/// What every inbox subject under `prefix` starts with: the prefix and one dot, whether or not
+/// the setting ends with one.
+fn inbox_subjects(prefix: &str) -> String {
+    format!("{}.", prefix.trim_end_matches('.'))
+}
+
+/// Whether a request with reply subject `reply` may be answered, replies going only to
+/// subjects starting with `inbox` (the inbox prefix and a dot).
+fn check_reply(reply: Option<&str>, inbox: &str) -> Result<(), Dropped> {
+    match reply {
+        None | Some("") => Err(Dropped::NoReply),
+        Some(reply) if reply.len() > inbox.len() && reply.starts_with(inbox) => Ok(()),
+        Some(_) => Err(Dropped::NotInbox),
+    }
+}
+
+/// Logs the first request dropped for a foreign reply subject, then at most one line per
+/// [`DROP_LOG_INTERVAL`] with the number dropped meanwhile; the counter sees every one.
+#[derive(Default)]
+struct DropLog {
+    logged_at: Option<Instant>,
+    unlogged: u64,
+}
+
+impl DropLog {
+    fn dropped(&mut self, subject: &str, reply: &str) {
+        let now = Instant::now();
+        if self
+            .logged_at
+            .is_some_and(|at| now.duration_since(at) < DROP_LOG_INTERVAL)
+        {
+            self.unlogged += 1;
+            return;
+        }
+        let tenant_id = subject.rsplit('.').next().unwrap_or_default();
+        tracing::warn!(
+            subject,
+            reply,
+            tenant_id,
+            dropped_since_last_log = self.unlogged,
+            "API request dropped: its reply subject is not an inbox, and the service answers \
+             only to inboxes (further drops are counted, and logged at most once a minute)"
+        );
+        self.logged_at = Some(now);
+        self.unlogged = 0;
+    }
+}
+
+/// The requests of every endpoint that may be answered; stops the service when dropped.
 struct Requests {
     service: Option<Service>,
     endpoints: SelectAll<async_nats::service::endpoint::Endpoint>,
+    inbox: String,
+    drops: DropLog,
 }
 
 impl Stream for Requests {
     type Item = ApiRequest;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ApiRequest>> {
-        self.endpoints.poll_next_unpin(cx).map(|request| {
-            request.map(|request| ApiRequest {
-                subject: request.message.subject.to_string(),
-                payload: request.message.payload.clone(),
-                reply: Box::new(NatsReply(request)),
-            })
-        })
+        loop {
+            let Some(request) = futures::ready!(self.endpoints.poll_next_unpin(cx)) else {
+                return Poll::Ready(None);
+            };
+            let message = &request.message;
+            let reply = message.reply.as_ref().map(|r| r.as_str());
+            match check_reply(reply, &self.inbox) {
+                Ok(()) => {
+                    return Poll::Ready(Some(ApiRequest {
+                        subject: message.subject.to_string(),
+                        payload: message.payload.clone(),
+                        reply: Box::new(NatsReply(request)),
+                    }));
+                }
+                Err(reason) => {
+                    metrics::counter!(crate::telemetry::API_REQUESTS_DROPPED,
+                        "reason" => reason.as_str())
+                    .increment(1);
+                    match reason {
+                        Dropped::NotInbox => {
+                            let (subject, reply) =
+                                (message.subject.to_string(), reply.unwrap_or_default());
+                            self.drops.dropped(&subject, reply);
+                        }
+                        Dropped::NoReply => tracing::debug!(subject = %message.subject,
+                            "API request without a reply subject: nothing to answer to"),
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -100,6 +214,21 @@ impl Drop for Requests {
     }
 }
 
+/// `reason` as a header value: NATS headers end at CR or LF (a value holding one cannot be
+/// sent at all), so every control character becomes a space, and the length is bounded.
+fn header_safe(reason: &str) -> String {
+    let mut safe = String::with_capacity(reason.len().min(MAX_HEADER_REASON_BYTES + 3));
+    for c in reason.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if safe.len() + c.len_utf8() > MAX_HEADER_REASON_BYTES {
+            safe.push('…');
+            break;
+        }
+        safe.push(c);
+    }
+    safe
+}
+
 struct NatsReply(async_nats::service::Request);
 
 #[async_trait]
@@ -108,10 +237,11 @@ impl ApiReply for NatsReply {
         let sent = match result {
             Ok(body) => self.0.respond(Ok(Bytes::from(body))).await,
             // The micro protocol's error headers, and a JSON body with the reason too (the
-            // library's own error reply has an empty body).
+            // library's own error reply has an empty body). The reason may quote the request,
+            // so the header gets a safe copy and the body the reason as it is.
             Err(error) => {
                 let mut headers = async_nats::HeaderMap::new();
-                headers.insert(NATS_SERVICE_ERROR, error.message.as_str());
+                headers.insert(NATS_SERVICE_ERROR, header_safe(&error.message));
                 headers.insert(NATS_SERVICE_ERROR_CODE, error.code.to_string().as_str());
                 self.0
                     .respond_with_headers(Ok(Bytes::from(error.body())), headers)
@@ -170,5 +300,56 @@ impl CommandPublisher for JetStreamCommandPublisher {
             .await
             .map_err(|e| BusError(format!("command consumer unavailable: {e}")))?;
         Ok(consumer.cached_info().ack_floor.stream_sequence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_go_only_to_inboxes() {
+        let inbox = "_INBOX.";
+        assert_eq!(check_reply(Some("_INBOX.abc.1"), inbox), Ok(()));
+        assert_eq!(check_reply(Some("_INBOX.acme.xyz"), inbox), Ok(()));
+        for foreign in [
+            "timer.evt.due.globex",
+            "timer.cmd.cancel.globex",
+            "foo.bar",
+            "_INBOX",
+            "_INBOX.",
+            "_INBOXES.x",
+            "x._INBOX.y",
+        ] {
+            assert_eq!(
+                check_reply(Some(foreign), inbox),
+                Err(Dropped::NotInbox),
+                "{foreign}"
+            );
+        }
+        assert_eq!(check_reply(None, inbox), Err(Dropped::NoReply));
+        assert_eq!(check_reply(Some(""), inbox), Err(Dropped::NoReply));
+    }
+
+    #[test]
+    fn a_configured_prefix_is_read_with_or_without_its_dot() {
+        assert_eq!(inbox_subjects("replies.timers"), "replies.timers.");
+        assert_eq!(inbox_subjects("replies.timers."), "replies.timers.");
+        assert_eq!(inbox_subjects(DEFAULT_INBOX_PREFIX), "_INBOX.");
+    }
+
+    #[test]
+    fn header_reasons_hold_no_control_character_and_are_bounded() {
+        let reason = "unknown field `a\nb\r\u{0}c`, expected `serviceCallId`";
+        let safe = header_safe(reason);
+        assert!(!safe.chars().any(char::is_control), "{safe:?}");
+        assert_eq!(safe, "unknown field `a b  c`, expected `serviceCallId`");
+        assert!(safe.parse::<async_nats::HeaderValue>().is_ok());
+
+        let long = "é".repeat(2000);
+        let safe = header_safe(&long);
+        assert!(safe.len() <= MAX_HEADER_REASON_BYTES + '…'.len_utf8());
+        assert!(safe.ends_with('…'));
+        assert_eq!(header_safe("short"), "short");
     }
 }
