@@ -387,6 +387,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
+    use crate::domain::StreamIncarnation;
     use crate::ports::{ApiReply, BusError, SystemClock};
 
     /// A publisher that fails the way a bug would: by panicking.
@@ -394,7 +395,11 @@ mod tests {
 
     #[async_trait]
     impl CommandPublisher for PanickingPublisher {
-        async fn publish(&self, _subject: String, _payload: Bytes) -> Result<u64, BusError> {
+        async fn publish(
+            &self,
+            _subject: String,
+            _payload: Bytes,
+        ) -> Result<(StreamIncarnation, u64), BusError> {
             panic!("a bug while publishing");
         }
 
