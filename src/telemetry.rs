@@ -16,7 +16,8 @@ pub const COMMANDS_RECEIVED: &str = "timer_commands_received_total";
 pub const SCHEDULES_PROCESSED: &str = "timer_schedules_processed_total";
 /// One firing round: claim what is due, publish it, mark it.
 pub const POLLING_DURATION: &str = "timer_polling_duration_seconds";
-/// `reachedAt − dueAt` of each timer fired.
+/// From `dueAt` to the broker's acknowledgement of each timer's `DueTimeReached`: when the
+/// event is stored, not when the timer was claimed (`reachedAt`).
 pub const FIRE_LATENESS: &str = "timer_fire_lateness_seconds";
 /// Pending (`Scheduled`) timers, counted every few seconds off the firing path.
 pub const SCHEDULED: &str = "timer_scheduled";
@@ -82,7 +83,7 @@ fn describe() {
     describe_histogram!(
         FIRE_LATENESS,
         Unit::Seconds,
-        "reachedAt - dueAt of each timer fired"
+        "From dueAt to the broker's acknowledgement of each timer's event"
     );
     describe_gauge!(SCHEDULED, "Pending timers");
     describe_counter!(ACTOR_RESTARTS, "Actor restarts, by actor");
@@ -90,6 +91,10 @@ fn describe() {
     describe_gauge!(STORAGE_OK, "1 while the database accepts writes");
     describe_counter!(API_REQUESTS, "API requests answered, by verb and code");
     describe_counter!(RETENTION_DELETED, "Finished timers deleted by retention");
+    describe_counter!(
+        API_REQUESTS_DROPPED,
+        "API requests dropped unanswered, by reason (a reply subject outside the inbox prefix, none)"
+    );
 }
 
 /// Sets up logging on stdout: `text` (coloured only on a terminal, never into a file or a

@@ -53,6 +53,12 @@ async fn sigkill_while_timers_are_due_loses_none() {
             )
             .await;
     }
+    // Every command stored first: one pulled but not yet committed at the kill would come back
+    // only after its ack wait (30 s), which is another test's concern.
+    eventually(Duration::from_secs(15), "the commands stored", || async {
+        (client.commands_outstanding().await == 0).then_some(())
+    })
+    .await;
     eventually(
         Duration::from_secs(15),
         "the first timers to fire",

@@ -12,6 +12,7 @@
 //! 500 either way. When the service cannot receive any more (the connection closed), the actor
 //! fails and is restarted.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use crate::domain::api::{
     parse_stats_request, stats_reply,
 };
 use crate::domain::command::{cancel_timer_command, check_tenant_id, generated_correlation_id};
-use crate::domain::{Action, Command, Subjects, command_order};
+use crate::domain::{Action, Command, StreamIncarnation, Subjects, command_order};
 use crate::ports::{ApiRequest, ApiServer, Clock, CommandPublisher};
 
 /// Requests handled at once; more wait for a free slot.
@@ -230,6 +231,8 @@ struct Handler {
     publisher: Arc<dyn CommandPublisher>,
     clock: Arc<dyn Clock>,
     subjects: Subjects,
+    /// The epochs of the command stream incarnations met (see `domain::order`).
+    epochs: Arc<std::sync::Mutex<HashMap<StreamIncarnation, u32>>>,
 }
 
 impl Handler {
@@ -239,6 +242,7 @@ impl Handler {
             publisher: args.publisher.clone(),
             clock: args.clock.clone(),
             subjects: args.subjects.clone(),
+            epochs: Arc::default(),
         }
     }
 
@@ -331,8 +335,7 @@ impl Handler {
             ))
         };
         let epoch = self
-            .persistence
-            .command_epoch(stream)
+            .epoch_of(stream)
             .await
             .map_err(|e| not_ordered(e.to_string()))?;
         let order = command_order(epoch, seq).map_err(not_ordered)?;
@@ -351,6 +354,26 @@ impl Handler {
             ))
         })?;
         cancel_reply(outcome, timer.as_ref())
+    }
+
+    /// The epoch of a command stream incarnation: remembered after the first answer, since an
+    /// incarnation's epoch never changes.
+    async fn epoch_of(&self, stream: StreamIncarnation) -> Result<u32, CallError> {
+        let known = self
+            .epochs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&stream)
+            .copied();
+        if let Some(epoch) = known {
+            return Ok(epoch);
+        }
+        let epoch = self.persistence.command_epoch(stream.clone()).await?;
+        self.epochs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(stream, epoch);
+        Ok(epoch)
     }
 
     /// Waits until every command before `seq` has been handled: a ScheduleTimer sent just
@@ -387,7 +410,6 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::domain::StreamIncarnation;
     use crate::ports::{ApiReply, BusError, SystemClock};
 
     /// A publisher that fails the way a bug would: by panicking.

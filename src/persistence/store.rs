@@ -215,6 +215,13 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<u32, StoreError> {
         use command_streams::{Column as C, Entity as Streams};
+        let known = Streams::find_by_id((stream.name.clone(), stream.created_ns))
+            .one(&self.db)
+            .await?;
+        if let Some(known) = known {
+            return u32::try_from(known.epoch)
+                .map_err(|e| StoreError::Unavailable(format!("epoch {}: {e}", known.epoch)));
+        }
         let epoch: i64 = self
             .durable(async {
                 let txn = self.db.begin().await?;
