@@ -174,6 +174,11 @@ impl DaemonProcess {
         }
     }
 
+    /// The exit status, if the process has exited.
+    pub fn try_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Waits for the process to exit, up to `timeout`; prints its log when it failed.
     pub async fn wait_exit(mut self, timeout: Duration) -> std::process::ExitStatus {
         let child = &mut self.child;

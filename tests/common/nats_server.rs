@@ -153,6 +153,25 @@ impl NatsServer {
         }
     }
 
+    /// Freezes the server (SIGSTOP): its connections stay open and nothing answers on them.
+    pub fn pause(&self) {
+        self.send(libc::SIGSTOP);
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.send(libc::SIGCONT);
+    }
+
+    fn send(&self, signal: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: sending a signal to our own child process, which has not been reaped.
+            unsafe {
+                libc::kill(pid as i32, signal);
+            }
+        }
+    }
+
     /// Starts the server again on the same port with the same storage.
     pub fn restart(&mut self) {
         self.kill();

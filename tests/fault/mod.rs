@@ -1,0 +1,219 @@
+//! The fault-injection suite, in the manner of Jepsen:
+//!
+//! - `workload`: clients of four tenants schedule, reschedule and cancel timers (one bursting),
+//!   recording every operation with its outcome;
+//! - `nemesis`: one fault after another (broker killed mid-firing and frozen; daemon killed,
+//!   stopped, frozen; command stream deleted; disk full; clock stepped; hostile API input),
+//!   each healed after a few seconds and followed by a probe timer per tenant;
+//! - `observer`: a plain subscriber, and the event stream and database read at the end;
+//! - `history`: the record all of these produce;
+//! - `checker`: pure functions judging that record against the contract's invariants;
+//! - `report`: the table per fault.
+
+pub mod checker;
+pub mod history;
+pub mod nemesis;
+pub mod observer;
+pub mod report;
+pub mod workload;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::common::{NatsServer, Scratch, SmallDisk, TestClient};
+use history::{Op, Run};
+use nemesis::{Faketime, Fault, Nemesis, World};
+
+/// A small deterministic generator (xorshift64*), so a run can be replayed from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `from..to`.
+    pub fn between(&mut self, from: i64, to: i64) -> i64 {
+        from + (self.next() % (to - from).max(1) as u64) as i64
+    }
+}
+
+/// How long to run: one pass over every fault, or passes until `seconds` have gone by.
+pub struct Plan {
+    pub seconds: Option<u64>,
+    pub seed: u64,
+}
+
+impl Plan {
+    /// `FAULT_SUITE_SECONDS` selects the long run; `FAULT_SUITE_SEED` replays a run.
+    pub fn from_env() -> Self {
+        let seconds = std::env::var("FAULT_SUITE_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok());
+        let seed = std::env::var("FAULT_SUITE_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| Utc::now().timestamp_micros() as u64);
+        Self { seconds, seed }
+    }
+}
+
+/// Runs the workload under the nemesis, then reads back what the service left behind.
+pub async fn run(plan: &Plan) -> Run {
+    // The broker writes each message before its PubAck (`sync_interval: always`), so a SIGKILL
+    // loses nothing it acknowledged; on a tmpfs where one can be mounted, so that costs little.
+    let broker_disk = SmallDisk::mount(1 << 30);
+    let broker_store = broker_disk.as_ref().map(|d| d.path().join("js"));
+    let server = NatsServer::start_with_config(|port, dir| {
+        format!(
+            "listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n",
+            broker_store.as_deref().unwrap_or(dir).display()
+        )
+    });
+    let scratch = Scratch::new();
+    let sqlite = scratch.database_url().is_none();
+    let disk = if sqlite {
+        SmallDisk::mount(128 << 20)
+    } else {
+        None
+    };
+    let faketime = if sqlite {
+        Faketime::find(scratch.dir.path())
+            .map_err(|why| eprintln!("the clock fault will be skipped: {why}"))
+            .ok()
+    } else {
+        eprintln!(
+            "the clock fault is skipped in the PostgreSQL run (the database server's clock \
+             judges there, and the daemon does not read it yet)"
+        );
+        None
+    };
+    let mut env = vec![("TIMER_RETENTION_KEEP_FINISHED".to_owned(), "0".to_owned())];
+    if let Some(disk) = &disk {
+        env.push((
+            "TIMER_DB_PATH".into(),
+            disk.path().join("timers.db").display().to_string(),
+        ));
+    }
+    if let Some(faketime) = &faketime {
+        env.extend(faketime.env());
+    }
+    let mut world = World {
+        server,
+        _broker_disk: broker_disk,
+        scratch,
+        disk,
+        faketime,
+        daemon: None,
+        env,
+    };
+    world.start_daemon();
+    let url = world.server.url();
+    let admin = TestClient::connect(&world.server).await;
+    admin.wait_for_command_stream().await;
+    let observer = observer::Observer::start(&url).await;
+    let recorder = workload::Recorder::default();
+    let client = workload::Client::connect(&url, recorder.clone()).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let workload = tokio::spawn(workload::run(client.clone(), stop.clone(), plan.seed));
+    tokio::time::sleep(Duration::from_secs(3)).await; // the workload alone first
+
+    let mut nemesis = Nemesis::new(world, client, observer.clone(), admin);
+    let mut faults = Vec::new();
+    let until = plan
+        .seconds
+        .map(|s| std::time::Instant::now() + Duration::from_secs(s));
+    'passes: loop {
+        for fault in Fault::ALL {
+            if until.is_some_and(|until| std::time::Instant::now() >= until) {
+                break 'passes;
+            }
+            eprintln!("nemesis: {}", fault.name());
+            faults.push(nemesis.inject(fault).await);
+        }
+        nemesis.next_cycle();
+        if until.is_none() {
+            break;
+        }
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    if tokio::time::timeout(Duration::from_secs(30), workload)
+        .await
+        .is_err()
+    {
+        eprintln!("the workload did not stop within 30 s");
+    }
+    let ops = recorder.ops();
+    drain(&ops, &observer).await;
+
+    let exit = nemesis.world.stop_daemon(Duration::from_secs(15)).await;
+    if !exit.is_some_and(|s| s.success()) {
+        eprintln!("the daemon's final SIGTERM: {exit:?}");
+    }
+    observer.flush().await;
+    let stream = observer::read_event_stream(&nemesis.admin.js).await;
+    let rows = observer::read_rows(&nemesis.world.database()).await;
+    let hostile_tenants = nemesis
+        .hostile
+        .iter()
+        .map(|h| h.key.tenant.clone())
+        .collect();
+    Run {
+        ops,
+        seen: observer.seen(),
+        stream,
+        rows,
+        faults,
+        clock_ahead: nemesis.clock_ahead,
+        destroyed: nemesis.destroyed,
+        api_requests: nemesis.api_requests,
+        hostile: nemesis.hostile,
+        hostile_tenants,
+        ended: Some(Utc::now()),
+    }
+}
+
+/// Waits until every timer whose key's last command was an acknowledged schedule has been seen
+/// firing, up to 20 s after the last of them was due.
+async fn drain(ops: &[Op], observer: &observer::Observer) {
+    let mut last = std::collections::HashMap::new();
+    for op in ops.iter().filter(|op| op.decisive()) {
+        last.insert(&op.key, op.due_at());
+    }
+    let expected: Vec<_> = last
+        .into_iter()
+        .filter_map(|(key, due)| due.map(|due| (key, due)))
+        .collect();
+    let latest = expected
+        .iter()
+        .map(|(_, due)| *due)
+        .max()
+        .unwrap_or_else(Utc::now);
+    let deadline = latest.max(Utc::now()) + chrono::Duration::seconds(20);
+    loop {
+        let missing = expected
+            .iter()
+            .filter(|(key, _)| observer.fired(key).is_none())
+            .count();
+        if missing == 0 && Utc::now() > latest {
+            break;
+        }
+        if Utc::now() >= deadline {
+            eprintln!("drain: {missing} expected timers had not fired 20 s after the last was due");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

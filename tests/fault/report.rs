@@ -1,0 +1,241 @@
+//! The report: one row per fault (what was sent, acknowledged and fired while it was on and
+//! until the next one, what broke, how long until new timers fired again), then the violations
+//! with a few examples each.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::checker::{Invariant, Verdict};
+use super::history::{Command, Instant, Outcome, Run};
+
+/// The row a moment belongs to: the last fault started at or before it (0 = before any).
+fn phase(run: &Run, t: Instant) -> usize {
+    run.faults.iter().take_while(|f| f.started <= t).count()
+}
+
+fn phase_name(run: &Run, phase: usize) -> String {
+    match phase {
+        0 => "(no fault yet)".into(),
+        n => run.faults[n - 1].name.clone(),
+    }
+}
+
+#[derive(Default, Clone)]
+struct Row {
+    sent: usize,
+    acked: usize,
+    fired: usize,
+    early: usize,
+    duplicates: usize,
+    /// The latest firing: after its dueAt, or after its PubAck when that came later.
+    late: chrono::Duration,
+    broken: BTreeMap<Invariant, usize>,
+}
+
+/// The table and the list of violations, as printed.
+pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> String {
+    let mut rows = vec![Row::default(); run.faults.len() + 1];
+    for op in &run.ops {
+        let row = &mut rows[phase(run, op.invoked)];
+        row.sent += 1;
+        row.acked += usize::from(op.decisive());
+    }
+    let acked: std::collections::HashMap<(&super::history::Key, Instant), Instant> = run
+        .ops
+        .iter()
+        .filter_map(|op| op.due_at().map(|due| ((&op.key, due), op.completed)))
+        .collect();
+    for ((key, due), firing) in &verdict.firings {
+        let row = &mut rows[phase(run, firing.first)];
+        row.fired += 1;
+        let since = acked.get(&(key, *due)).map_or(*due, |a| (*a).max(*due));
+        row.late = row.late.max(firing.first - since);
+    }
+    for (_, _, at) in &verdict.early {
+        rows[phase(run, *at)].early += 1;
+    }
+    for (_, _, at) in &verdict.duplicates {
+        rows[phase(run, *at)].duplicates += 1;
+    }
+    for violation in &verdict.violations {
+        *rows[phase(run, violation.at)]
+            .broken
+            .entry(violation.invariant)
+            .or_default() += 1;
+    }
+
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nfault-injection run: {} s, {} operations, {} events stored, {} rows at the end",
+        elapsed.as_secs(),
+        run.ops.len(),
+        run.stream.len(),
+        run.rows.len()
+    );
+    let letters: Vec<&str> = Invariant::ALL.iter().map(|i| i.letter()).collect();
+    let _ = writeln!(
+        out,
+        "{:<28} {:>6} {:>6} {:>6} {:>7} {:>5} {:>4}  {}  {:>12}",
+        "fault",
+        "sent",
+        "acked",
+        "fired",
+        "late",
+        "early",
+        "dup",
+        letters
+            .iter()
+            .map(|l| format!("{l:>4}"))
+            .collect::<String>(),
+        "fires again"
+    );
+    for (index, row) in rows.iter().enumerate() {
+        let refire = match index
+            .checked_sub(1)
+            .map(|i| (&run.faults[i], verdict.refire[i]))
+        {
+            None => String::new(),
+            Some((fault, _)) if fault.skipped.is_some() => "skipped".into(),
+            Some((_, Some(took))) => format!("{} ms", took.num_milliseconds()),
+            Some((_, None)) => "never".into(),
+        };
+        let broken: String = Invariant::ALL
+            .iter()
+            .map(|i| match row.broken.get(i) {
+                Some(n) => format!("{n:>4}"),
+                None => format!("{:>4}", "."),
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<28} {:>6} {:>6} {:>6} {:>6.1}s {:>5} {:>4}  {broken}  {refire:>12}",
+            phase_name(run, index),
+            row.sent,
+            row.acked,
+            row.fired,
+            row.late.num_milliseconds() as f64 / 1000.0,
+            row.early,
+            row.duplicates
+        );
+    }
+    let _ = writeln!(out, "invariants:");
+    for invariant in Invariant::ALL {
+        let _ = writeln!(out, "  ({}) {}", invariant.letter(), invariant.describe());
+    }
+    for fault in &run.faults {
+        if let Some(why) = &fault.skipped {
+            let _ = writeln!(out, "  {}: skipped: {why}", fault.name);
+        }
+        for note in &fault.notes {
+            let _ = writeln!(out, "  {}: {note}", fault.name);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  commands re-sent after a failed publish: {}; commands that lost a race to a \
+         firing (allowed): {}; duplicates: {}",
+        run.ops.iter().filter(|op| op.attempts > 1).count(),
+        verdict.lost_races,
+        verdict.duplicates.len()
+    );
+    let summary = summary(run, verdict);
+    if !summary.is_empty() {
+        out.push_str(&summary);
+    }
+    out
+}
+
+/// Each violated invariant with its count and a few examples (empty when none was violated).
+pub fn summary(run: &Run, verdict: &Verdict) -> String {
+    let mut out = String::new();
+    for invariant in Invariant::ALL {
+        let found: Vec<_> = verdict
+            .violations
+            .iter()
+            .filter(|v| v.invariant == invariant)
+            .collect();
+        if found.is_empty() {
+            continue;
+        }
+        let mut by_phase: BTreeMap<usize, usize> = BTreeMap::new();
+        for v in &found {
+            *by_phase.entry(phase(run, v.at)).or_default() += 1;
+        }
+        let phases: Vec<String> = by_phase
+            .iter()
+            .map(|(p, n)| format!("{n} during/after {}", phase_name(run, *p)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "VIOLATED ({}) {}: {} times ({})",
+            invariant.letter(),
+            invariant.describe(),
+            found.len(),
+            phases.join(", ")
+        );
+        // Examples from each phase where it broke, a few per phase; the first with its key's
+        // whole story.
+        for p in by_phase.keys() {
+            for (n, v) in found
+                .iter()
+                .filter(|v| phase(run, v.at) == *p)
+                .take(3)
+                .enumerate()
+            {
+                let key = v.key.as_ref().map(|k| format!("{k}: ")).unwrap_or_default();
+                let _ = writeln!(out, "    [{}] {key}{}", phase_name(run, *p), v.detail);
+                if let Some(key) = v.key.as_ref().filter(|_| n == 0) {
+                    out.push_str(&story(run, verdict, key));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Everything recorded about one key: its operations, its firings and its final row.
+fn story(run: &Run, verdict: &Verdict, key: &super::history::Key) -> String {
+    let time = |t: Instant| t.format("%H:%M:%S%.3f").to_string();
+    let mut out = String::new();
+    for op in run.ops.iter().filter(|op| &op.key == key) {
+        let command = match &op.command {
+            Command::Schedule { due_at } => format!("schedule due {}", time(*due_at)),
+            Command::Cancel => "cancel".into(),
+            Command::ApiCancel => "API cancel".into(),
+        };
+        let outcome = match &op.outcome {
+            Outcome::Acked => "acked".into(),
+            Outcome::Answered(answer) => format!("answered {answer:?}"),
+            Outcome::Unknown(why) => format!("unknown ({why})"),
+        };
+        let _ = writeln!(
+            out,
+            "        {} {command}: {outcome} at {}",
+            time(op.invoked),
+            time(op.completed)
+        );
+    }
+    for ((k, due), firing) in &verdict.firings {
+        if k == key {
+            let _ = writeln!(
+                out,
+                "        fired due {} first seen {} ({} stored)",
+                time(*due),
+                time(firing.first),
+                firing.stored
+            );
+        }
+    }
+    let row = run.rows.iter().find(|r| &r.key == key);
+    let _ = writeln!(
+        out,
+        "        final row: {}",
+        row.map_or("none".into(), |r| format!(
+            "{} due {}",
+            r.state,
+            r.due_at.map_or("-".into(), time)
+        ))
+    );
+    out
+}
