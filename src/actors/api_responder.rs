@@ -459,6 +459,7 @@ mod tests {
             publisher: Arc::new(PanickingPublisher),
             clock: Arc::new(SystemClock),
             subjects: Subjects::default(),
+            epochs: Arc::default(),
         }
     }
 
