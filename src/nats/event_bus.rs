@@ -1,18 +1,17 @@
-//! `EventBus` over JetStream: every event of a batch is sent first (pipelined), then all
-//! PubAcks are awaited together. Only a PubAck means the broker stored the event.
+//! `EventBus` over JetStream: every event of a batch is sent first (pipelined), then the
+//! PubAcks are awaited. Only a PubAck means the broker stored the event.
 //!
 //! The whole batch, sending included, has one deadline ([`BATCH_DEADLINE`]): acknowledgements
 //! lost in a broker restart never come, and a send can wait for room in the client's buffer
-//! while the connection is down. Past the deadline every event not yet acknowledged counts as
-//! failed, so the Poller retries it once JetStream serves again; one that was stored after all
-//! is dropped by the broker as a duplicate (`Nats-Msg-Id`).
+//! while the connection is down. Past the deadline every event whose PubAck was not seen yet
+//! counts as failed, so the Poller retries it once JetStream serves again; one that was stored
+//! after all is dropped by the broker as a duplicate (`Nats-Msg-Id`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use async_trait::async_trait;
-use futures::future::join_all;
 
 use super::connection::JETSTREAM_TIMEOUT;
 use super::streams::{BrokerNames, ensure_event_stream};
@@ -58,26 +57,37 @@ impl NatsEventBus {
         sent
     }
 
-    /// Makes sure the event stream exists, then sends every event and awaits all PubAcks.
-    async fn publish_unbounded(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+    /// Makes sure the event stream exists, sends every event, then awaits the PubAcks in
+    /// order, pushing each outcome to `results` as it comes (so what was acknowledged before a
+    /// deadline cut this short is kept). In order, because by the time the first is awaited
+    /// most have arrived: awaiting them all at once armed a timer for each, which cost firing
+    /// throughput.
+    async fn publish_unbounded(
+        &self,
+        events: Vec<OutgoingEvent>,
+        results: &mut Vec<Result<(), BusError>>,
+    ) {
         if !self.stream_ready.load(Ordering::Acquire) {
             if let Err(e) = ensure_event_stream(&self.js, &self.names).await {
                 let error = BusError(format!(
                     "event stream {} unavailable: {e}",
                     self.names.event_stream
                 ));
-                return events.iter().map(|_| Err(error.clone())).collect();
+                results.extend(events.iter().map(|_| Err(error.clone())));
+                return;
             }
             self.stream_ready.store(true, Ordering::Release);
         }
-        let sent = self.send_all(events).await;
-        join_all(sent.into_iter().map(|sent| async move {
-            sent?
-                .await
-                .map(|_| ())
-                .map_err(|e| BusError(format!("no PubAck: {e}")))
-        }))
-        .await
+        for sent in self.send_all(events).await {
+            let acked = match sent {
+                Ok(ack) => ack
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| BusError(format!("no PubAck: {e}"))),
+                Err(e) => Err(e),
+            };
+            results.push(acked);
+        }
     }
 }
 
@@ -85,14 +95,16 @@ impl NatsEventBus {
 impl EventBus for NatsEventBus {
     async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
         let count = events.len();
-        let results = tokio::time::timeout(BATCH_DEADLINE, self.publish_unbounded(events))
-            .await
-            .unwrap_or_else(|_| {
-                let error = BusError(format!(
-                    "no PubAck within {BATCH_DEADLINE:?} (the broker is away or restarting)"
-                ));
-                vec![Err(error); count]
-            });
+        let mut results = Vec::with_capacity(count);
+        let bounded =
+            tokio::time::timeout(BATCH_DEADLINE, self.publish_unbounded(events, &mut results))
+                .await;
+        if bounded.is_err() {
+            let error = BusError(format!(
+                "no PubAck within {BATCH_DEADLINE:?} (the broker is away or restarting)"
+            ));
+            results.resize(count, Err(error));
+        }
         if results.iter().any(Result::is_err) {
             self.stream_ready.store(false, Ordering::Release);
         }
