@@ -16,9 +16,9 @@ use timer_service::Daemon;
 use timer_service::actors::janitor::{Janitor, JanitorArgs, JanitorMsg, PAUSE};
 use timer_service::actors::persistence::PersistenceMsg;
 use timer_service::actors::{NamedActor, Persistence, Registry};
-use timer_service::persistence::Store;
-use timer_service::persistence::db::migrate;
 use timer_service::ports::SystemClock;
+use timer_service::storage::Store;
+use timer_service::storage::db::migrate;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_finished_timers_are_deleted_and_nothing_else() {

@@ -13,8 +13,8 @@ use sea_orm::{ConnectionTrait, Statement};
 use timer_service::domain::api::{ListCursor, ListFilter};
 use timer_service::domain::timer::apply_command;
 use timer_service::domain::{Action, CancelOutcome, Command, DueTimer, Timer, TimerState};
-use timer_service::persistence::db::{DatabaseTarget, connect, migrate};
-use timer_service::persistence::{Claimant, Store};
+use timer_service::storage::db::{DatabaseTarget, connect, migrate};
+use timer_service::storage::{Claimant, Store};
 
 /// A migrated database of the test's own (SQLite, or PostgreSQL in a PostgreSQL run).
 async fn store() -> (Scratch, Store) {
@@ -849,7 +849,7 @@ async fn the_wal_is_checkpointed_from_a_second_connection_not_by_commits() {
         autocheckpoint >= 10_000,
         "commits must not checkpoint a small WAL: {autocheckpoint}"
     );
-    let done = timer_service::persistence::db::checkpoint(&checkpointer)
+    let done = timer_service::storage::db::checkpoint(&checkpointer)
         .await
         .unwrap();
     assert!(done.wal_pages > 0);
@@ -885,7 +885,7 @@ async fn incarnations_of_the_command_stream_get_epochs_in_order() {
     );
     assert!(matches!(
         store.command_epoch(&incarnation(150), now).await,
-        Err(timer_service::persistence::StoreError::StaleStream(_))
+        Err(timer_service::storage::StoreError::StaleStream(_))
     ));
     assert_eq!(
         store.command_epoch(&incarnation(100), now).await.unwrap(),

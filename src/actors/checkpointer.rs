@@ -27,8 +27,8 @@ use super::registry::Registry;
 use super::supervisor::NamedActor;
 use sea_orm::{DatabaseConnection, DbErr};
 
-use crate::persistence::SqliteSettings;
-use crate::persistence::db::{Checkpoint, DatabaseTarget, FileIdentity, checkpoint, connect};
+use crate::storage::SqliteSettings;
+use crate::storage::db::{Checkpoint, DatabaseTarget, FileIdentity, checkpoint, connect};
 
 /// How often the WAL is checkpointed and what was copied flushed: often, so each flush is small
 /// (with retention deleting 2,000 rows/s, a pass and its flush took 47 ms at the median and up

@@ -11,8 +11,8 @@ use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::supervisor::NamedActor;
-use crate::persistence::db::DatabaseTarget;
-use crate::persistence::{SqliteSettings, Store};
+use crate::storage::db::DatabaseTarget;
+use crate::storage::{SqliteSettings, Store};
 
 /// How often pending timers are counted.
 pub const INTERVAL: Duration = Duration::from_secs(10);

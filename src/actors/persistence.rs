@@ -28,8 +28,8 @@ use super::supervisor::NamedActor;
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use crate::health::Health;
-use crate::persistence::db::DatabaseTarget;
-use crate::persistence::{Claimant, DueBatch, Store, StoreError};
+use crate::storage::db::DatabaseTarget;
+use crate::storage::{Claimant, DueBatch, Store, StoreError};
 
 /// How often the health probe writes.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
