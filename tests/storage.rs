@@ -1,8 +1,13 @@
 //! Storage: the schema and its migrations, the rules of CONTRACT.md §3 in SQL, claims for
 //! firing, the query API's reads, tenant scoping and the query plans — on a real SQLite file
 //! with the real migrations.
+//!
+//! The conformance suite of the storage backends: every test here runs on SQLite, and on
+//! PostgreSQL when `TEST_DATABASE=postgres`, against the same expectations.
 
 mod common;
+#[path = "storage/explain.rs"]
+mod explain;
 
 use std::collections::{HashMap, HashSet};
 
@@ -41,12 +46,13 @@ fn cancel(tenant: &str, id: &str, seq: u64, now: i64) -> Command {
 /// this small table is the plan at ten million rows.
 #[tokio::test]
 async fn every_query_is_served_by_an_index() {
-    let (_dir, store) = store().await;
+    let (dir, store) = store().await;
     let rows: Vec<Command> = (0..2000)
         .map(|i| schedule(&format!("t{}", i % 7), &format!("c{i}"), i, i as i64))
         .collect();
     store.apply(&rows).await.unwrap();
-    let plans = store.explain_queries().await.unwrap();
+    let db = connect(&dir.database(), 1).await.unwrap();
+    let plans = explain::explain_queries(&db).await.unwrap();
     assert!(plans.len() >= 8, "{plans:?}");
     for (name, plan) in plans {
         eprintln!("{name}: {plan}");
