@@ -16,7 +16,7 @@ use crate::domain::timestamp::format_utc;
 use crate::domain::{DuePosition, DueTimer, TimerState};
 
 /// The keys of up to `limit` timers `claimant` may fire at `now`, in firing order, after
-/// `after` when given. [`claim_due`] claims them; a test explains it.
+/// `after` when given. [`Store::claim_due`] claims them; a test explains it.
 pub fn due_query(
     now: DateTime<Utc>,
     after: Option<&DuePosition>,

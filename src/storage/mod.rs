@@ -7,7 +7,7 @@
 //!
 //! - this file: the store's face — [`Store`] and its public methods, [`StoreError`],
 //!   [`DueBatch`], [`Claimant`].
-//! - `backend`: the [`backend::Backend`] trait, the differences between the databases;
+//! - `backend`: the `Backend` trait, the differences between the databases;
 //!   `sqlite` and `postgres`: one implementation each.
 //! - `commands`: applying commands and cancels, and the epochs of the command stream.
 //! - `firing`: claiming due timers, marking them `Reached`, and when to look again.
