@@ -30,8 +30,9 @@ pub(crate) trait Backend: Debug + Send + Sync {
     /// harmless (claims, marks, retention deletes).
     async fn relax(&self, txn: &DatabaseTransaction) -> Result<(), DbErr>;
 
-    /// Whether one statement outside a transaction is a transaction of its own, so that a
-    /// single-statement write may skip the BEGIN and COMMIT round trips.
+    /// Whether a write of one statement may skip the BEGIN and COMMIT round trips: one
+    /// statement is a transaction of its own that commits at the connection's level. Not on
+    /// PostgreSQL, where a relaxed commit is asked for inside its transaction.
     fn statement_is_transaction(&self) -> bool;
 
     /// Keys per statement that marks fired timers `Reached`.
