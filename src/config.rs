@@ -20,7 +20,7 @@ use crate::domain::Subjects;
 use crate::domain::command::check_tenant_id;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::nats::BrokerNames;
-use crate::persistence::SqliteSettings;
+use crate::storage::SqliteSettings;
 
 pub mod redact;
 pub use redact::{Secret, redact_url};
@@ -517,8 +517,8 @@ impl Config {
     }
 
     /// Where the timers are kept: PostgreSQL when `database_url` is set, else the SQLite file.
-    pub fn database(&self) -> crate::persistence::db::DatabaseTarget {
-        use crate::persistence::db::DatabaseTarget;
+    pub fn database(&self) -> crate::storage::db::DatabaseTarget {
+        use crate::storage::db::DatabaseTarget;
         match &self.database_url {
             Some(url) => DatabaseTarget::Postgres { url: url.clone() },
             None => DatabaseTarget::Sqlite {

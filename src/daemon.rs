@@ -25,8 +25,8 @@ use crate::health::{Health, Status};
 use crate::nats::{
     self, JetStreamCommandPublisher, JetStreamCommandSourceFactory, NatsApiServer, NatsEventBus,
 };
-use crate::persistence::{self, Claimant};
 use crate::ports::{Clock, SystemClock};
+use crate::storage::{self, Claimant};
 
 /// How long a graceful shutdown may take before the daemon gives up waiting.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
@@ -75,7 +75,7 @@ impl Daemon {
         let database = config.database();
         tracing::info!(name = %config.name, database = %database.describe(),
             broker_url = %crate::config::redact_url(&config.broker_url), "timer-service starting");
-        persistence::db::migrate(&database)
+        storage::db::migrate(&database)
             .await
             .map_err(|source| DaemonError::Database {
                 path: database.describe(),
@@ -152,7 +152,7 @@ impl Daemon {
             }),
         ];
         // WAL checkpoints are SQLite's; second in start order, after Persistence.
-        if let persistence::db::DatabaseTarget::Sqlite { path, settings } = &database {
+        if let storage::db::DatabaseTarget::Sqlite { path, settings } = &database {
             children.insert(
                 1,
                 ChildSpec::of::<Checkpointer>(CheckpointerArgs {

@@ -10,7 +10,7 @@
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
 //!   [`ports::Clock`], plus in-memory/manual doubles for unit tests.
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker.
-//! - [`persistence`]: the SQLite store (SeaORM), the only code that touches the database.
+//! - [`storage`]: the store (SeaORM, SQLite or PostgreSQL), the only code that touches the database.
 //! - [`actors`]: Supervisor, Persistence, Checkpointer, CommandHandler and Poller (ractor).
 //! - [`backoff`]: the retry delays.
 //! - [`health`]: what the daemon knows of its own health (broker, database, actors).
@@ -28,8 +28,8 @@ pub mod daemon;
 pub mod domain;
 pub mod health;
 pub mod nats;
-pub mod persistence;
 pub mod ports;
+pub mod storage;
 pub mod telemetry;
 
 pub use actors::NamedActor;

@@ -77,7 +77,7 @@ fn main() -> ExitCode {
                 .map_err(anyhow::Error::from),
             Command::Migrate => {
                 let database = config.database();
-                timer_service::persistence::db::migrate(&database)
+                timer_service::storage::db::migrate(&database)
                     .await
                     .map(|()| tracing::info!(database = %database.describe(), "database schema is up to date"))
                     .map_err(anyhow::Error::from)

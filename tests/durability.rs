@@ -187,7 +187,7 @@ async fn a_republished_firing_is_dropped_by_the_broker() {
         .await;
 
     // What a crash right after the PubAck leaves behind: the row still Scheduled.
-    let db = timer_service::persistence::db::connect(&scratch.database(), 1)
+    let db = timer_service::storage::db::connect(&scratch.database(), 1)
         .await
         .unwrap();
     sea_orm::ConnectionTrait::execute_unprepared(

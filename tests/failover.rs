@@ -157,7 +157,7 @@ async fn a_killed_daemons_timers_are_taken_over_and_nothing_is_lost() {
     schedule_spread(&client, &spread, start, Duration::from_secs(10)).await;
     schedule_spread(&client, &burst, halfway, Duration::ZERO).await;
     let ids: Vec<String> = spread.iter().chain(&burst).cloned().collect();
-    let db = timer_service::persistence::db::connect(&scratch.database(), 1)
+    let db = timer_service::storage::db::connect(&scratch.database(), 1)
         .await
         .unwrap();
     let freeze = halfway + chrono::Duration::milliseconds(20);
@@ -327,7 +327,7 @@ async fn concurrent_daemons_apply_every_key_in_stream_order() {
         (client.commands_outstanding().await == 0).then_some(())
     })
     .await;
-    let store = timer_service::persistence::Store::open(&scratch.database())
+    let store = timer_service::storage::Store::open(&scratch.database())
         .await
         .unwrap();
     for (id, (cancelled, due)) in &last {

@@ -18,10 +18,10 @@ use timer_service::actors::persistence::{PersistenceArgs, PersistenceClient, Per
 use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg, window};
 use timer_service::actors::{NamedActor, Persistence};
 use timer_service::domain::{Subjects, TimerState};
-use timer_service::persistence::db::migrate;
 use timer_service::ports::{
     BusError, Clock, EventBus, InMemoryEventBus, ManualClock, OutgoingEvent, SystemClock,
 };
+use timer_service::storage::db::migrate;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {

@@ -16,9 +16,9 @@ use timer_service::Daemon;
 use timer_service::actors::janitor::{Janitor, JanitorArgs, JanitorMsg, PAUSE};
 use timer_service::actors::persistence::PersistenceMsg;
 use timer_service::actors::{NamedActor, Persistence, Registry};
-use timer_service::persistence::Store;
-use timer_service::persistence::db::migrate;
 use timer_service::ports::SystemClock;
+use timer_service::storage::db::migrate;
+use timer_service::storage::{Store, StoreError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_finished_timers_are_deleted_and_nothing_else() {
@@ -188,9 +188,12 @@ impl Actor for EndlessBacklog {
         message: PersistenceMsg,
         _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
-        if let PersistenceMsg::DeleteFinished { limit, reply, .. } = message {
+        if let PersistenceMsg::Run(operation) = message
+            && operation.name == "delete_finished"
+        {
             self.0.fetch_add(1, Ordering::SeqCst);
-            let _ = reply.send(Ok(limit as u64));
+            let limit = operation.rows;
+            operation.answer(Ok::<u64, StoreError>(limit as u64));
         }
         Ok(())
     }

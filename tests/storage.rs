@@ -1,8 +1,13 @@
 //! Storage: the schema and its migrations, the rules of CONTRACT.md §3 in SQL, claims for
 //! firing, the query API's reads, tenant scoping and the query plans — on a real SQLite file
 //! with the real migrations.
+//!
+//! The conformance suite of the storage backends: every test here runs on SQLite, and on
+//! PostgreSQL when `TEST_DATABASE=postgres`, against the same expectations.
 
 mod common;
+#[path = "storage/explain.rs"]
+mod explain;
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,8 +18,8 @@ use sea_orm::{ConnectionTrait, Statement};
 use timer_service::domain::api::{ListCursor, ListFilter};
 use timer_service::domain::timer::apply_command;
 use timer_service::domain::{Action, CancelOutcome, Command, DueTimer, Timer, TimerState};
-use timer_service::persistence::db::{DatabaseTarget, connect, migrate};
-use timer_service::persistence::{Claimant, Store};
+use timer_service::storage::db::{DatabaseTarget, connect, migrate};
+use timer_service::storage::{Claimant, Store};
 
 /// A migrated database of the test's own (SQLite, or PostgreSQL in a PostgreSQL run).
 async fn store() -> (Scratch, Store) {
@@ -41,12 +46,13 @@ fn cancel(tenant: &str, id: &str, seq: u64, now: i64) -> Command {
 /// this small table is the plan at ten million rows.
 #[tokio::test]
 async fn every_query_is_served_by_an_index() {
-    let (_dir, store) = store().await;
+    let (dir, store) = store().await;
     let rows: Vec<Command> = (0..2000)
         .map(|i| schedule(&format!("t{}", i % 7), &format!("c{i}"), i, i as i64))
         .collect();
     store.apply(&rows).await.unwrap();
-    let plans = store.explain_queries().await.unwrap();
+    let db = connect(&dir.database(), 1).await.unwrap();
+    let plans = explain::explain_queries(&db).await.unwrap();
     assert!(plans.len() >= 8, "{plans:?}");
     for (name, plan) in plans {
         eprintln!("{name}: {plan}");
@@ -849,7 +855,7 @@ async fn the_wal_is_checkpointed_from_a_second_connection_not_by_commits() {
         autocheckpoint >= 10_000,
         "commits must not checkpoint a small WAL: {autocheckpoint}"
     );
-    let done = timer_service::persistence::db::checkpoint(&checkpointer)
+    let done = timer_service::storage::db::checkpoint(&checkpointer)
         .await
         .unwrap();
     assert!(done.wal_pages > 0);
@@ -885,7 +891,7 @@ async fn incarnations_of_the_command_stream_get_epochs_in_order() {
     );
     assert!(matches!(
         store.command_epoch(&incarnation(150), now).await,
-        Err(timer_service::persistence::StoreError::StaleStream(_))
+        Err(timer_service::storage::StoreError::StaleStream(_))
     ));
     assert_eq!(
         store.command_epoch(&incarnation(100), now).await.unwrap(),

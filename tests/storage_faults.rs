@@ -14,7 +14,7 @@ use chrono::Utc;
 use common::{NatsServer, Scratch, SmallDisk, TestClient, config, eventually, rows_by_state};
 use timer_service::actors::{CommandHandler, NamedActor, Persistence};
 use timer_service::config::SupervisorSettings;
-use timer_service::persistence::db::DatabaseTarget;
+use timer_service::storage::db::DatabaseTarget;
 use timer_service::{Config, Daemon};
 
 /// A daemon whose database is at `db_path`, with a restart budget of one: a fault that made any
@@ -254,7 +254,7 @@ fn sqlite_world() -> Option<(NatsServer, Scratch)> {
 /// Another process's connection takes the write lock of the file and keeps it.
 async fn hold_write_lock(db_path: &std::path::Path) -> sea_orm::DatabaseConnection {
     use sea_orm::ConnectionTrait;
-    let other = timer_service::persistence::db::connect(&DatabaseTarget::sqlite(db_path), 1)
+    let other = timer_service::storage::db::connect(&DatabaseTarget::sqlite(db_path), 1)
         .await
         .unwrap();
     other.execute_unprepared("BEGIN EXCLUSIVE").await.unwrap();
@@ -431,7 +431,7 @@ async fn daemon_in_directory(
 /// A consistent copy of a live database, as `sqlite3 db ".backup copy"` makes one.
 async fn backup_to(db_path: &Path, copy: &Path) {
     use sea_orm::ConnectionTrait;
-    let db = timer_service::persistence::db::connect(&DatabaseTarget::sqlite(db_path), 1)
+    let db = timer_service::storage::db::connect(&DatabaseTarget::sqlite(db_path), 1)
         .await
         .unwrap();
     db.execute_unprepared(&format!("VACUUM INTO '{}'", copy.display()))

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
-use timer_service::persistence::db::{DatabaseTarget, connect};
+use timer_service::storage::db::{DatabaseTarget, connect};
 
 /// The release binary next to this example, built on demand.
 pub fn binary() -> PathBuf {

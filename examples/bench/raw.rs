@@ -8,8 +8,8 @@ use async_nats::jetstream::{self, consumer, message::PublishMessage, stream};
 use chrono::Utc;
 use futures::StreamExt;
 use timer_service::domain::{Action, Command};
-use timer_service::persistence::db::DatabaseTarget;
-use timer_service::persistence::{Claimant, Store};
+use timer_service::storage::db::DatabaseTarget;
+use timer_service::storage::{Claimant, Store};
 
 /// A JSON body of about 200 bytes, like a ScheduleTimer command.
 fn body(i: usize) -> bytes::Bytes {

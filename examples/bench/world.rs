@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use sea_orm::ConnectionTrait;
-use timer_service::persistence::db::{DatabaseTarget, migrate};
+use timer_service::storage::db::{DatabaseTarget, migrate};
 
 use crate::daemon::{Daemon, Observer, Settings};
 use crate::nats_server::NatsServer;

@@ -1,16 +1,16 @@
 //! Checkpointer actor: moves the SQLite WAL into the database file in the background.
 //!
 //! A checkpoint of a large database touches pages all over the file and fsyncs it; run inside a
-//! commit (SQLite's default), it stalled the Persistence actor — and with it every firing — for
-//! up to a second with ten million timers stored. Here it runs on a connection of its own in
-//! `PASSIVE` mode, which never blocks the writer, so only this actor waits for the disk. Under a
-//! steady load the writer seldom finds the WAL both fully copied and unused, so it would keep
-//! growing; once it passes [`RESTART_ABOVE_PAGES`] and a pass has copied it all, Persistence is
-//! asked to copy the few frames committed since on its own connection, between two of its
-//! transactions (no lock to wait for), and its next commit writes the WAL from its start
-//! again. The WAL file keeps the size it reached (about 64 MiB under load). After each pass the
-//! pages it copied are flushed to disk here ([`flush_database_file`]), so that this catch-up,
-//! which runs on the firing path, never inherits their writing.
+//! commit (SQLite's default), it stalls the Persistence actor, and with it every firing. Here it
+//! runs on a connection of its own in `PASSIVE` mode, which never blocks the writer, so only
+//! this actor waits for the disk. Under a steady load the writer seldom finds the WAL both
+//! fully copied and unused, so it would keep growing; once it passes [`RESTART_ABOVE_PAGES`]
+//! and a pass has copied it all, Persistence is asked to copy the few frames committed since on
+//! its own connection, between two of its transactions (no lock to wait for), and its next
+//! commit writes the WAL from its start again. The WAL file keeps the size it reached (about
+//! 64 MiB under load). After each pass the pages it copied are flushed to disk here
+//! (`flush_database_file`), so that this catch-up, which runs on the firing path, never
+//! inherits their writing.
 //!
 //! Like Persistence, it treats storage faults as outages: a failed checkpoint closes its
 //! connection, the next attempt (at the next interval) opens a fresh one, and it never fails the
@@ -27,13 +27,11 @@ use super::registry::Registry;
 use super::supervisor::NamedActor;
 use sea_orm::{DatabaseConnection, DbErr};
 
-use crate::persistence::SqliteSettings;
-use crate::persistence::db::{Checkpoint, DatabaseTarget, FileIdentity, checkpoint, connect};
+use crate::storage::SqliteSettings;
+use crate::storage::db::{Checkpoint, DatabaseTarget, FileIdentity, checkpoint, connect};
 
 /// How often the WAL is checkpointed and what was copied flushed: often, so each flush is small
-/// (with retention deleting 2,000 rows/s, a pass and its flush took 47 ms at the median and up
-/// to 107 ms every 250 ms, 24 ms and up to 47 ms every 100 ms; the commits' own fsyncs queue
-/// behind a flush).
+/// (the commits' own fsyncs queue behind a flush; see BENCHMARKS.md for the intervals tried).
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 /// WAL size (pages of 4 KiB) above which a fully copied WAL is started again from its beginning.
 pub const RESTART_ABOVE_PAGES: i64 = 16_384;
@@ -221,10 +219,9 @@ async fn run_checkpoint(state: &mut CheckpointerState) -> Result<Checkpoint, DbE
 /// Writes the pages this pass copied into the file to disk. SQLite fsyncs the file only at the
 /// end of a pass that found nothing more to copy, which under a steady load is the writer's own
 /// catch-up: it then waited for every page copied since the last one (with retention deleting
-/// rows all over the indexes, thousands of random pages: 100-150 ms, while firing waited behind
-/// it). Flushed here after each pass, that writing happens on this actor's time and the
-/// catch-up's own fsync has only its few pages left. An extra flush never changes what SQLite
-/// considers durable.
+/// rows all over the indexes, thousands of random pages), and firing waited behind it. Flushed
+/// here after each pass, that writing happens on this actor's time and the catch-up's own fsync
+/// has only its few pages left. An extra flush never changes what SQLite considers durable.
 async fn flush_database_file(file: Arc<std::fs::File>) -> std::io::Result<()> {
     tokio::task::spawn_blocking(move || file.sync_data()).await?
 }

@@ -1,9 +1,9 @@
 //! Gauges actor: keeps `timer_scheduled` (pending timers) up to date.
 //!
-//! Counting walks the pending index — 0.3 s for ten million timers on a 2-core machine — so it
-//! runs every [`INTERVAL`] on a connection of this actor's own, never in Persistence's queue
-//! where it would hold up firing. It only ever reads. A failed count is skipped (the gauge keeps its last
-//! value) and the connection reopened next time.
+//! Counting walks the pending index, which takes long with millions of timers, so it runs
+//! every [`INTERVAL`] on a connection of this actor's own, never in Persistence's queue where
+//! it would hold up firing. It only ever reads. A failed count is skipped (the gauge keeps its
+//! last value) and the connection reopened next time.
 
 use std::time::Duration;
 
@@ -11,8 +11,8 @@ use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::supervisor::NamedActor;
-use crate::persistence::db::DatabaseTarget;
-use crate::persistence::{SqliteSettings, Store};
+use crate::storage::db::DatabaseTarget;
+use crate::storage::{SqliteSettings, Store};
 
 /// How often pending timers are counted.
 pub const INTERVAL: Duration = Duration::from_secs(10);

@@ -10,8 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ractor::{ActorRef, Message};
 
-use super::persistence::PersistenceClient;
-
 /// Names of one daemon's actors.
 #[derive(Debug, Clone)]
 pub struct Registry {
@@ -41,10 +39,5 @@ impl Registry {
     /// This daemon's running actor `actor`, if it runs (a restarting actor does not).
     pub fn get<M: Message>(&self, actor: &str) -> Option<ActorRef<M>> {
         ActorRef::where_is(self.name(actor))
-    }
-
-    /// A client of the Persistence actor that looks it up at each call.
-    pub fn persistence(&self) -> PersistenceClient {
-        PersistenceClient::new(self.clone())
     }
 }

@@ -21,7 +21,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use timer_service::Config;
-use timer_service::persistence::db::DatabaseTarget;
+use timer_service::storage::db::DatabaseTarget;
 
 /// Polls `check` until it yields `Some`, or panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
@@ -570,8 +570,8 @@ pub async fn await_state(
 }
 
 /// The claimant a test's own Persistence or Store uses (the name a test daemon gets too).
-pub fn claimant() -> timer_service::persistence::Claimant {
-    timer_service::persistence::Claimant {
+pub fn claimant() -> timer_service::storage::Claimant {
+    timer_service::storage::Claimant {
         name: "test".into(),
         lease: Duration::from_secs(30),
     }
@@ -611,7 +611,7 @@ pub fn cancel_at(
 /// Rows of the database by state, read on a connection of the test's own.
 pub async fn rows_by_state(database: &DatabaseTarget) -> std::collections::BTreeMap<String, i64> {
     use sea_orm::{ConnectionTrait, Statement};
-    let db = timer_service::persistence::db::connect(database, 1)
+    let db = timer_service::storage::db::connect(database, 1)
         .await
         .expect("open the database");
     let rows = db

@@ -12,7 +12,7 @@ use super::history::{ApiRequest, FaultRecord, HostileCommand, Instant, Key, Outc
 use super::observer::Observer;
 use super::workload::{BURST_TENANT, Client, TENANTS};
 use crate::common::{DaemonProcess, NatsServer, Scratch, SmallDisk, TestClient};
-use timer_service::persistence::db::DatabaseTarget;
+use timer_service::storage::db::DatabaseTarget;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {

@@ -12,7 +12,7 @@ use futures::StreamExt;
 
 use super::checker::parse_due;
 use super::history::{Instant, Key, Row, Seen};
-use timer_service::persistence::db::DatabaseTarget;
+use timer_service::storage::db::DatabaseTarget;
 
 #[derive(Default)]
 struct Observed {
@@ -137,7 +137,7 @@ pub async fn read_event_stream(js: &jetstream::Context) -> Vec<Seen> {
 /// Every row of `timer_schedules`, read on a connection of the test's own.
 pub async fn read_rows(database: &DatabaseTarget) -> Vec<Row> {
     use sea_orm::{ConnectionTrait, Statement};
-    let db = timer_service::persistence::db::connect(database, 1)
+    let db = timer_service::storage::db::connect(database, 1)
         .await
         .expect("open the database");
     let rows = db

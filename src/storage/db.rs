@@ -153,20 +153,12 @@ impl FileIdentity {
 
 /// Bytes available to this process on the filesystem holding `path`.
 pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: statvfs only writes into the zeroed struct we own, and reads a NUL-terminated
-    // path that outlives the call.
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stats) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((stats.f_bavail as u64).saturating_mul(stats.f_frsize as u64))
+    let stats = rustix::fs::statvfs(dir)?;
+    Ok(stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
 /// Where the timers are kept. Its `Debug` shows the PostgreSQL URL redacted, like

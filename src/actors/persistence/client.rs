@@ -1,0 +1,236 @@
+//! The client of the Persistence actor: each operation is a [`Store`] method called through
+//! [`PersistenceClient::run`] (or [`PersistenceClient::run_queued`]), which sends it to the
+//! actor and brings its result back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use ractor::ActorRef;
+use ractor::concurrency::OneshotReceiver;
+
+use super::{Op, Operation, Persistence, PersistenceMsg};
+use crate::actors::registry::Registry;
+use crate::actors::supervisor::NamedActor;
+use crate::domain::api::{ListFilter, ListPage, TenantStats};
+use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
+use crate::storage::{Claimant, DueBatch, Store, StoreError};
+
+/// Why a call to Persistence did not produce an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("persistence actor is not running (restarting?)")]
+    Unavailable,
+    #[error("persistence call failed: {0}")]
+    Messaging(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How long a caller waits for Persistence. Far above any batch's cost; reached only when
+/// SQLite is stuck, and then the caller retries rather than hanging.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Typed request-reply calls to the Persistence actor, which it looks up at each call (so a
+/// restarted Persistence is reached again). An operation is a [`Store`] method and one line
+/// here.
+#[derive(Debug, Clone)]
+pub struct PersistenceClient {
+    registry: Registry,
+}
+
+impl Registry {
+    /// A client of the Persistence actor that looks it up at each call.
+    pub fn persistence(&self) -> PersistenceClient {
+        PersistenceClient::new(self.clone())
+    }
+}
+
+impl PersistenceClient {
+    pub fn new(registry: Registry) -> Self {
+        Self { registry }
+    }
+
+    fn actor(&self) -> Result<ActorRef<PersistenceMsg>, CallError> {
+        self.registry
+            .get(Persistence::NAME)
+            .ok_or(CallError::Unavailable)
+    }
+
+    /// Runs `work` on the store as one operation called `name`, after every message already
+    /// sent to Persistence, and waits (at most `CALL_TIMEOUT`) for its result. `rows` is how
+    /// many rows it concerns, for its log line.
+    pub async fn run<T, F>(
+        &self,
+        name: &'static str,
+        kind: Op,
+        rows: usize,
+        work: F,
+    ) -> Result<T, CallError>
+    where
+        T: Send + 'static,
+        F: for<'s> FnOnce(&'s Store, &'s Claimant) -> BoxFuture<'s, Result<T, StoreError>>
+            + Send
+            + 'static,
+    {
+        let build =
+            |reply| PersistenceMsg::Run(Operation::new(name, kind, rows, Box::new(work), reply));
+        match self.actor()?.call(build, Some(CALL_TIMEOUT)).await {
+            Ok(ractor::rpc::CallResult::Success(result)) => Ok(result?),
+            Ok(ractor::rpc::CallResult::Timeout) => Err(CallError::Messaging("timed out".into())),
+            Ok(ractor::rpc::CallResult::SenderError) => {
+                Err(CallError::Messaging("no reply (actor stopped)".into()))
+            }
+            Err(e) => Err(CallError::Messaging(e.to_string())),
+        }
+    }
+
+    /// Like [`Self::run`], but returns at once: the operation is queued behind every message
+    /// already sent to Persistence (so operations queued one after another run in that order),
+    /// and the receiver yields its result.
+    pub fn run_queued<T, F>(
+        &self,
+        name: &'static str,
+        kind: Op,
+        rows: usize,
+        work: F,
+    ) -> Result<OneshotReceiver<Result<T, StoreError>>, CallError>
+    where
+        T: Send + 'static,
+        F: for<'s> FnOnce(&'s Store, &'s Claimant) -> BoxFuture<'s, Result<T, StoreError>>
+            + Send
+            + 'static,
+    {
+        let (reply, receiver) = ractor::concurrency::oneshot();
+        let operation = Operation::new(name, kind, rows, Box::new(work), reply.into());
+        self.actor()?
+            .cast(PersistenceMsg::Run(operation))
+            .map_err(|e| CallError::Messaging(e.to_string()))?;
+        Ok(receiver)
+    }
+
+    /// Applies accepted commands (ScheduleTimer and CancelTimer), in stream order per key, and
+    /// waits for the commit.
+    pub async fn apply(&self, commands: Vec<Command>) -> Result<u64, CallError> {
+        let rows = commands.len();
+        self.run("apply", Op::Write, rows, move |store, _| {
+            Box::pin(async move { store.apply(&commands).await })
+        })
+        .await
+    }
+
+    /// Starts applying commands and returns at once (see [`Self::run_queued`]): batches are
+    /// applied in the order they were queued.
+    pub fn apply_queued(
+        &self,
+        commands: Vec<Command>,
+    ) -> Result<OneshotReceiver<Result<u64, StoreError>>, CallError> {
+        let rows = commands.len();
+        self.run_queued("apply", Op::Write, rows, move |store, _| {
+            Box::pin(async move { store.apply(&commands).await })
+        })
+    }
+
+    /// Claims the timers due at `now` (after `after`), up to `limit`, for firing.
+    pub async fn claim_due(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<DuePosition>,
+        limit: usize,
+    ) -> Result<DueBatch, CallError> {
+        self.run("claim_due", Op::Write, limit, move |store, claimant| {
+            Box::pin(async move { store.claim_due(now, after.as_ref(), limit, claimant).await })
+        })
+        .await
+    }
+
+    /// Marks published batches `Reached`, each at its own instant, in one transaction.
+    pub async fn mark_reached(
+        &self,
+        batches: Vec<(Arc<[DueTimer]>, DateTime<Utc>)>,
+    ) -> Result<u64, CallError> {
+        let rows = batches.iter().map(|(fired, _)| fired.len()).sum();
+        self.run("mark_reached", Op::Write, rows, move |store, _| {
+            Box::pin(async move { store.mark_reached(&batches).await })
+        })
+        .await
+    }
+
+    pub async fn get(
+        &self,
+        tenant_id: &str,
+        service_call_id: &str,
+    ) -> Result<Option<Timer>, CallError> {
+        let (tenant_id, service_call_id) = (tenant_id.to_owned(), service_call_id.to_owned());
+        self.run("get", Op::Read, 1, move |store, _| {
+            Box::pin(async move { store.get(&tenant_id, &service_call_id).await })
+        })
+        .await
+    }
+
+    pub async fn list(
+        &self,
+        tenant_id: &str,
+        filter: ListFilter,
+        limit: usize,
+    ) -> Result<ListPage, CallError> {
+        let tenant_id = tenant_id.to_owned();
+        self.run("list", Op::Read, limit, move |store, _| {
+            Box::pin(async move { store.list(&tenant_id, &filter, limit).await })
+        })
+        .await
+    }
+
+    pub async fn stats(
+        &self,
+        tenant_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<TenantStats, CallError> {
+        let tenant_id = tenant_id.to_owned();
+        self.run("stats", Op::Read, 1, move |store, _| {
+            Box::pin(async move { store.stats(&tenant_id, now).await })
+        })
+        .await
+    }
+
+    /// The epoch of an incarnation of the command stream, recorded the first time it is met.
+    pub async fn command_epoch(&self, stream: StreamIncarnation) -> Result<u32, CallError> {
+        self.run("command_epoch", Op::Write, 1, move |store, _| {
+            Box::pin(async move { store.command_epoch(&stream, Utc::now()).await })
+        })
+        .await
+    }
+
+    /// Deletes up to `limit` timers finished before `cutoff` (retention).
+    pub async fn delete_finished(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<u64, CallError> {
+        self.run("delete_finished", Op::Write, limit, move |store, _| {
+            Box::pin(store.delete_finished(cutoff, limit))
+        })
+        .await
+    }
+
+    /// Copies into the database file the few WAL frames written since the Checkpointer's last
+    /// complete checkpoint (SQLite), so that the next commit starts the WAL from its beginning.
+    /// Does not wait: the outcome shows in the WAL's size at the next checkpoint.
+    pub fn catch_up_wal(&self) {
+        let _ = self.run_queued("catch_up_wal", Op::Read, 0, |store, _| {
+            Box::pin(store.catch_up_wal())
+        });
+    }
+
+    /// Applies one CancelTimer already ordered in the command stream, reporting how it went.
+    pub async fn cancel(
+        &self,
+        command: Command,
+    ) -> Result<(CancelOutcome, Option<Timer>), CallError> {
+        self.run("cancel", Op::Write, 1, move |store, _| {
+            Box::pin(async move { store.cancel(&command).await })
+        })
+        .await
+    }
+}

@@ -1,0 +1,71 @@
+//! Where SQLite and PostgreSQL differ, in one place: the [`Backend`] trait, implemented once
+//! per database ([`super::sqlite`], [`super::postgres`]). The queries are written once, against
+//! SeaORM; they ask the backend only what differs: how a commit waits (or not) for the disk,
+//! whether one statement is a transaction of its own, how many keys a mark statement takes,
+//! what must be checked of the storage after a write, whether other daemons hold claims, and
+//! the WAL catch-up. A change for one database touches its own file only.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr};
+
+use super::StoreError;
+use super::db::{DatabaseTarget, connect};
+use super::{postgres::Postgres, sqlite::Sqlite};
+
+/// What one database does its own way. Methods that have nothing to do on a database are
+/// no-ops there.
+#[async_trait::async_trait]
+pub(crate) trait Backend: Debug + Send + Sync {
+    /// Before work whose commits must be on disk when it returns (commands, cancels): raises
+    /// the connection to the configured durability if it rests below it.
+    async fn raise_durability(&self, db: &DatabaseConnection) -> Result<(), StoreError>;
+
+    /// After that work: lowers the connection to its resting level again. A failure leaves it
+    /// at the configured level (slower, never less safe), so it is only logged.
+    async fn lower_durability(&self, db: &DatabaseConnection);
+
+    /// Makes `txn` commit without waiting for the disk, for writes whose loss to a power cut is
+    /// harmless (claims, marks, retention deletes).
+    async fn relax(&self, txn: &DatabaseTransaction) -> Result<(), DbErr>;
+
+    /// Whether a write of one statement may skip the BEGIN and COMMIT round trips: one
+    /// statement is a transaction of its own that commits at the connection's level. Not on
+    /// PostgreSQL, where a relaxed commit is asked for inside its transaction.
+    fn statement_is_transaction(&self) -> bool;
+
+    /// Keys per statement that marks fired timers `Reached`.
+    fn keys_per_mark(&self) -> usize;
+
+    /// Whether other daemons share the table, so that their claims on due timers exist.
+    fn shared(&self) -> bool;
+
+    /// Fails when what was just committed may not be where the store reads from (a file
+    /// removed or replaced while open).
+    fn check_written(&self) -> Result<(), StoreError>;
+
+    /// Fails when the storage is too full to take the next batch of timers.
+    fn check_room(&self) -> Result<(), StoreError>;
+
+    /// Copies into the database what its write-ahead log still holds, when that is the
+    /// writer's job.
+    async fn catch_up_wal(&self, db: &DatabaseConnection) -> Result<(), StoreError>;
+}
+
+/// Opens the existing database at `target` and the backend that goes with it.
+pub(crate) async fn open(
+    target: &DatabaseTarget,
+) -> Result<(DatabaseConnection, Arc<dyn Backend>), StoreError> {
+    match target {
+        DatabaseTarget::Sqlite { path, settings } => {
+            let db = connect(target, 1).await?;
+            let backend = Sqlite::open(&db, path, settings).await?;
+            Ok((db, Arc::new(backend)))
+        }
+        DatabaseTarget::Postgres { .. } => {
+            let db = connect(target, Postgres::POOL).await?;
+            Ok((db, Arc::new(Postgres)))
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Applying commands: batches of `ScheduleTimer` and `CancelTimer` by the rules of CONTRACT.md
+//! §3 in one upsert per round, a cancel answered with its outcome, and the epochs of the
+//! command stream's incarnations. Every commit here is durable: a command is acknowledged to
+//! the broker once it returns.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect,
+    TransactionTrait,
+};
+
+use super::command_streams;
+use super::entity::{Column, Entity};
+use super::queries::find_one;
+use super::rows::{from_model, to_active_model};
+use super::{ROWS_PER_STATEMENT, Store, StoreError};
+use crate::domain::timer::rounds;
+use crate::domain::timestamp::format_utc;
+use crate::domain::{CancelOutcome, Command, StreamIncarnation, Timer};
+
+/// See [`Store::apply`].
+pub(super) async fn apply(store: &Store, commands: &[Command]) -> Result<u64, StoreError> {
+    if commands.is_empty() {
+        return Ok(0);
+    }
+    let rounds = rounds(commands.to_vec());
+    store
+        .durable(async {
+            if store.backend.statement_is_transaction()
+                && rounds.len() == 1
+                && rounds[0].len() <= ROWS_PER_STATEMENT
+            {
+                // No BEGIN and COMMIT round trips for the few commands of a commit at a
+                // steady rate.
+                return Ok(apply_in(&store.db, rounds).await?);
+            }
+            let txn = store.db.begin().await?;
+            let written = apply_in(&txn, rounds).await?;
+            txn.commit().await?;
+            Ok(written)
+        })
+        .await
+}
+
+/// See [`Store::command_epoch`].
+pub(super) async fn command_epoch(
+    store: &Store,
+    stream: &StreamIncarnation,
+    now: DateTime<Utc>,
+) -> Result<u32, StoreError> {
+    use command_streams::{Column as C, Entity as Streams};
+    let known = Streams::find_by_id((stream.name.clone(), stream.created_ns))
+        .one(&store.db)
+        .await?;
+    if let Some(known) = known {
+        return u32::try_from(known.epoch)
+            .map_err(|e| StoreError::Unavailable(format!("epoch {}: {e}", known.epoch)));
+    }
+    let epoch: i64 = store
+        .durable(async {
+            let txn = store.db.begin().await?;
+            let known = Streams::find_by_id((stream.name.clone(), stream.created_ns))
+                .one(&txn)
+                .await?;
+            if let Some(known) = known {
+                txn.commit().await?;
+                return Ok(known.epoch);
+            }
+            let newest: Option<Option<i64>> = Streams::find()
+                .select_only()
+                .column_as(C::CreatedNs.max(), "newest")
+                .filter(C::StreamName.eq(stream.name.as_str()))
+                .into_tuple()
+                .one(&txn)
+                .await?;
+            if newest.flatten().is_some_and(|newest| newest > stream.created_ns) {
+                txn.rollback().await?;
+                return Err(StoreError::StaleStream(stream.clone()));
+            }
+            let next: Option<Option<i64>> = Streams::find()
+                .select_only()
+                .column_as(C::Epoch.max(), "latest")
+                .into_tuple()
+                .one(&txn)
+                .await?;
+            let epoch = next.flatten().map_or(0, |latest| latest + 1);
+            Streams::insert(command_streams::ActiveModel {
+                stream_name: Set(stream.name.clone()),
+                created_ns: Set(stream.created_ns),
+                epoch: Set(epoch),
+                seen_at: Set(format_utc(now)),
+            })
+            .exec_without_returning(&txn)
+            .await?;
+            txn.commit().await?;
+            tracing::info!(stream = %stream, epoch, "a new incarnation of the command stream: its commands order after every earlier one");
+            Ok(epoch)
+        })
+        .await?;
+    u32::try_from(epoch).map_err(|e| StoreError::Unavailable(format!("epoch {epoch}: {e}")))
+}
+
+/// See [`Store::cancel`].
+pub(super) async fn cancel(
+    store: &Store,
+    command: &Command,
+) -> Result<(CancelOutcome, Option<Timer>), StoreError> {
+    let after = store
+        .durable(async {
+            let txn = store.db.begin().await?;
+            // Locks the row on backends that can, so the outcome read is the cancel's own.
+            find_one(&txn, &command.tenant_id, &command.service_call_id, true).await?;
+            apply_in(&txn, rounds(vec![command.clone()])).await?;
+            let after = find_one(&txn, &command.tenant_id, &command.service_call_id, false)
+                .await?
+                .map(from_model)
+                .transpose()?;
+            txn.commit().await?;
+            Ok(after)
+        })
+        .await?;
+    Ok((CancelOutcome::of(after.as_ref(), command.seq), after))
+}
+/// A cancel meeting a timer claimed for firing, in the conflict clause of [`apply_in`].
+const REFUSED_CANCEL: &str = "(excluded.state = 'Cancelled' \
+     AND timer_schedules.state = 'Scheduled' AND timer_schedules.claimed_by IS NOT NULL)";
+
+/// Applies commands in their rounds (see [`rounds`]: at most one command per key in a round,
+/// rounds in stream order), one multi-row statement per round, inside a transaction or, when
+/// that is one statement, on its own.
+///
+/// The conflict clause is the rules table of CONTRACT.md §3 in SQL, for a stored row `t` and an
+/// incoming command `excluded`:
+/// - nothing changes for a `Reached` row, or a command not newer than the last one applied;
+/// - a cancel meeting a timer claimed for firing (lapsed or not: a claimed timer fires) is
+///   refused, but its sequence is remembered, so an older command arriving later changes
+///   nothing;
+/// - otherwise the state is the command's, the sequence is remembered, a schedule brings its
+///   `dueAt` and correlation id and releases any claim, a cancel keeps the timer's own `dueAt`
+///   and correlation id and the time of the first cancel.
+async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Result<u64, DbErr> {
+    let mut written = 0;
+    for mut round in rounds {
+        // In key order: daemons writing the same rows at once then lock them in the same order
+        // and cannot deadlock (a round holds one command per key, so its order means nothing).
+        round.sort_by(|a, b| {
+            (&a.tenant_id, &a.service_call_id).cmp(&(&b.tenant_id, &b.service_call_id))
+        });
+        for chunk in round.chunks(ROWS_PER_STATEMENT) {
+            let on_conflict = OnConflict::columns([Column::TenantId, Column::ServiceCallId])
+                .value(
+                    Column::State,
+                    Expr::cust(format!(
+                        "CASE WHEN {REFUSED_CANCEL} THEN timer_schedules.state ELSE excluded.state END"
+                    )),
+                )
+                .value(
+                    Column::DueAt,
+                    Expr::cust("COALESCE(excluded.due_at, timer_schedules.due_at)"),
+                )
+                .value(
+                    Column::CorrelationId,
+                    Expr::cust(
+                        "CASE WHEN excluded.state = 'Scheduled' THEN excluded.correlation_id \
+                         ELSE timer_schedules.correlation_id END",
+                    ),
+                )
+                .value(
+                    Column::CancelledAt,
+                    Expr::cust(format!(
+                        "CASE WHEN excluded.state = 'Cancelled' AND NOT {REFUSED_CANCEL} \
+                         THEN COALESCE(timer_schedules.cancelled_at, excluded.cancelled_at) END"
+                    )),
+                )
+                .value(
+                    Column::CancelledSeq,
+                    Expr::cust(format!(
+                        "CASE WHEN excluded.state = 'Cancelled' AND NOT {REFUSED_CANCEL} \
+                         THEN COALESCE(timer_schedules.cancelled_seq, excluded.cancelled_seq) END"
+                    )),
+                )
+                .value(
+                    Column::ClaimedBy,
+                    Expr::cust(
+                        "CASE WHEN excluded.state = 'Cancelled' THEN timer_schedules.claimed_by END",
+                    ),
+                )
+                .value(
+                    Column::ClaimUntil,
+                    Expr::cust(
+                        "CASE WHEN excluded.state = 'Cancelled' THEN timer_schedules.claim_until END",
+                    ),
+                )
+                .value(Column::CommandSeq, Expr::cust("excluded.command_seq"))
+                .action_and_where(Expr::cust(
+                    "timer_schedules.state <> 'Reached' \
+                     AND timer_schedules.command_seq < excluded.command_seq",
+                ))
+                .to_owned();
+            written += Entity::insert_many(chunk.iter().map(to_active_model))
+                .on_conflict(on_conflict)
+                .exec_without_returning(db)
+                .await?;
+        }
+    }
+    Ok(written)
+}

@@ -1,0 +1,243 @@
+//! Firing: claiming the due timers for this daemon, marking the published ones `Reached`, and
+//! finding when to look again. These writes commit without waiting for the disk: losing one to
+//! a power cut only means a timer is claimed or published again, which the contract allows.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, Query, SelectStatement};
+use sea_orm::{ColumnTrait, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect};
+
+use super::entity::{Column, Entity};
+use super::rows::{due_from_model, parse_optional_time};
+use super::{Claimant, DueBatch, PENDING, Store, StoreError};
+use crate::domain::timestamp::format_utc;
+use crate::domain::{DuePosition, DueTimer, TimerState};
+
+/// The keys of up to `limit` timers `claimant` may fire at `now`, in firing order, after
+/// `after` when given. [`Store::claim_due`] claims them; a test explains it.
+pub fn due_query(
+    now: DateTime<Utc>,
+    after: Option<&DuePosition>,
+    claimant: &str,
+    limit: usize,
+) -> SelectStatement {
+    let mut due = Query::select();
+    due.columns([Column::TenantId, Column::ServiceCallId])
+        .from(Entity)
+        .cond_where(due_condition(now, after, claimant))
+        .order_by(Column::DueAt, Order::Asc)
+        .order_by(Column::TenantId, Order::Asc)
+        .order_by(Column::ServiceCallId, Order::Asc)
+        .limit(limit as u64);
+    due
+}
+
+/// See [`Store::claim_due`]. Claims lock with `FOR UPDATE SKIP LOCKED` where the backend can
+/// (several daemons share the table there); SQLite has one writer and needs no lock.
+pub(super) async fn claim_due(
+    store: &Store,
+    now: DateTime<Utc>,
+    after: Option<&DuePosition>,
+    limit: usize,
+    claimant: &Claimant,
+) -> Result<DueBatch, StoreError> {
+    let until = now + chrono::Duration::from_std(claimant.lease).unwrap_or_default();
+    let mut picked = due_query(now, after, &claimant.name, limit);
+    picked.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+    let claim = Entity::update_many()
+        .col_expr(Column::ClaimedBy, Expr::value(claimant.name.clone()))
+        .col_expr(Column::ClaimUntil, Expr::value(format_utc(until)))
+        .filter(
+            Expr::tuple([
+                Expr::col(Column::TenantId),
+                Expr::col(Column::ServiceCallId),
+            ])
+            .in_subquery(picked),
+        );
+    let claimed = store
+        .relaxed(async {
+            if store.backend.statement_is_transaction() {
+                // No BEGIN and COMMIT round trips on the firing path.
+                return claim.exec_with_returning(&store.db).await;
+            }
+            let txn = store.begin_relaxed().await?;
+            let rows = claim.exec_with_returning(&txn).await?;
+            txn.commit().await?;
+            Ok(rows)
+        })
+        .await?;
+    let mut timers = claimed
+        .into_iter()
+        .map(due_from_model)
+        .collect::<Result<Vec<_>, _>>()?;
+    timers.sort_by_key(|t| t.position());
+    let next_due_at = if timers.len() < limit {
+        let next_due = next_due_after(store, now).await?;
+        let next_lapse = if store.backend.shared() {
+            next_claim_lapse(store, now, &claimant.name).await?
+        } else {
+            None
+        };
+        next_due.into_iter().chain(next_lapse).min()
+    } else {
+        None
+    };
+    Ok(DueBatch {
+        timers,
+        next_due_at,
+    })
+}
+
+/// When the earliest live claim of another daemon on a due timer lapses: if that daemon
+/// died, this one takes the timer over then, not at its next tick.
+async fn next_claim_lapse(
+    store: &Store,
+    now: DateTime<Utc>,
+    claimant: &str,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let now_text = format_utc(now);
+    let earliest: Option<Option<String>> = Entity::find()
+        .select_only()
+        .column(Column::ClaimUntil)
+        .filter(Expr::cust(PENDING))
+        .filter(Column::DueAt.lte(now_text.clone()))
+        .filter(Column::ClaimedBy.ne(claimant))
+        .filter(Column::ClaimUntil.gte(now_text))
+        .order_by_asc(Column::ClaimUntil)
+        .limit(1)
+        .into_tuple()
+        .one(&store.db)
+        .await?;
+    parse_optional_time("claim_until", earliest.flatten())
+}
+
+/// The earliest `due_at` of any `Scheduled` timer due after `now`.
+async fn next_due_after(
+    store: &Store,
+    now: DateTime<Utc>,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let earliest: Option<Option<String>> = Entity::find()
+        .select_only()
+        .column(Column::DueAt)
+        .filter(Expr::cust(PENDING))
+        .filter(Column::DueAt.gt(format_utc(now)))
+        .order_by_asc(Column::DueAt)
+        .limit(1)
+        .into_tuple()
+        .one(&store.db)
+        .await?;
+    parse_optional_time("due_at", earliest.flatten())
+}
+
+/// See [`Store::mark_reached`]: one statement per `reached_at` (the batches of one claim share
+/// it), so that many small batches cost no more than one large one.
+pub(super) async fn mark_reached(
+    store: &Store,
+    batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
+) -> Result<u64, StoreError> {
+    if batches.iter().all(|(fired, _)| fired.is_empty()) {
+        return Ok(0);
+    }
+    // Losing a `Reached` mark to a power cut only means the event is published again (the
+    // contract allows duplicates, and the broker drops one inside its window), so this
+    // commit does not wait for an fsync. The next command batch, committed with the
+    // configured level, makes it durable too.
+    let mut by_instant: BTreeMap<DateTime<Utc>, Vec<&DueTimer>> = BTreeMap::new();
+    for (fired, reached_at) in batches {
+        by_instant
+            .entry(*reached_at)
+            .or_default()
+            .extend(fired.iter());
+    }
+    let keys_per_statement = store.backend.keys_per_mark();
+    // No BEGIN and COMMIT round trips where one statement is a transaction of its own.
+    let one_statement = store.backend.statement_is_transaction()
+        && by_instant.len() == 1
+        && by_instant
+            .values()
+            .all(|fired| fired.len() <= keys_per_statement);
+    store
+        .relaxed(async {
+            let txn = if one_statement {
+                None
+            } else {
+                Some(store.begin_relaxed().await?)
+            };
+            let mut marked = 0;
+            for (reached_at, mut fired) in by_instant {
+                let reached_text = format_utc(reached_at);
+                // Key order, as for commands: no deadlock with another daemon writing these.
+                fired.sort_by(|a, b| {
+                    (&a.tenant_id, &a.service_call_id).cmp(&(&b.tenant_id, &b.service_call_id))
+                });
+                for chunk in fired.chunks(keys_per_statement) {
+                    let keys = chunk.iter().map(|t| {
+                        (
+                            t.tenant_id.clone(),
+                            t.service_call_id.clone(),
+                            format_utc(t.due_at),
+                        )
+                    });
+                    let mark = Entity::update_many()
+                        .col_expr(Column::State, Expr::value(TimerState::Reached.as_str()))
+                        .col_expr(Column::ReachedAt, Expr::value(reached_text.as_str()))
+                        .col_expr(Column::ClaimedBy, Expr::value(Option::<String>::None))
+                        .col_expr(Column::ClaimUntil, Expr::value(Option::<String>::None))
+                        .filter(Expr::cust(PENDING))
+                        .filter(
+                            Expr::tuple([
+                                Expr::col(Column::TenantId),
+                                Expr::col(Column::ServiceCallId),
+                                Expr::col(Column::DueAt),
+                            ])
+                            .in_tuples(keys),
+                        );
+                    let result = match &txn {
+                        Some(txn) => mark.exec(txn).await?,
+                        None => mark.exec(&store.db).await?,
+                    };
+                    marked += result.rows_affected;
+                }
+            }
+            if let Some(txn) = txn {
+                txn.commit().await?;
+            }
+            Ok(marked)
+        })
+        .await
+}
+
+/// Due, pending, after the caller's cursor, and not held by a live claim of another daemon.
+fn due_condition(
+    now: DateTime<Utc>,
+    after: Option<&DuePosition>,
+    claimant: &str,
+) -> sea_orm::Condition {
+    let now_text = format_utc(now);
+    let mut condition = sea_orm::Condition::all()
+        .add(Expr::cust(PENDING))
+        .add(Column::DueAt.lte(now_text.clone()))
+        .add(
+            sea_orm::Condition::any()
+                .add(Column::ClaimUntil.is_null())
+                .add(Column::ClaimedBy.eq(claimant))
+                .add(Column::ClaimUntil.lt(now_text)),
+        );
+    if let Some(after) = after {
+        condition = condition.add(
+            Expr::tuple([
+                Expr::col(Column::DueAt),
+                Expr::col(Column::TenantId),
+                Expr::col(Column::ServiceCallId),
+            ])
+            .gt(Expr::tuple([
+                Expr::value(format_utc(after.due_at)),
+                Expr::value(after.tenant_id.clone()),
+                Expr::value(after.service_call_id.clone()),
+            ])),
+        );
+    }
+    condition
+}

@@ -1,0 +1,191 @@
+//! The query API's reads: one timer, a page of a tenant's timers, a tenant's counts. Every
+//! query is an index range, never a scan or a sort of the tenant (a test explains each
+//! statement [`list_queries`] builds).
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
+};
+
+use super::entity::{self, Column, Entity};
+use super::rows::{from_model, parse_optional_time};
+use super::{Store, StoreError};
+use crate::domain::api::{ListCursor, ListFilter, ListPage, TenantStats};
+use crate::domain::timestamp::format_utc;
+use crate::domain::{Timer, TimerState};
+
+/// How long a timer counts as overdue before `stats` reports it (CONTRACT.md §6).
+const OVERDUE_AFTER: chrono::Duration = chrono::Duration::seconds(1);
+
+/// See [`Store::get`].
+pub(super) async fn get(
+    store: &Store,
+    tenant_id: &str,
+    service_call_id: &str,
+) -> Result<Option<Timer>, StoreError> {
+    find_one(&store.db, tenant_id, service_call_id, false)
+        .await?
+        .map(from_model)
+        .transpose()
+}
+
+/// One row by its key, locked for the transaction when `for_update` on backends that lock.
+pub(super) async fn find_one(
+    db: &impl ConnectionTrait,
+    tenant_id: &str,
+    service_call_id: &str,
+    for_update: bool,
+) -> Result<Option<entity::Model>, DbErr> {
+    let mut query = Entity::find_by_id((tenant_id.to_owned(), service_call_id.to_owned()));
+    if for_update {
+        query = query.lock_exclusive();
+    }
+    query.one(db).await
+}
+
+/// See [`Store::list`]. Each part of the order that an index holds (one state, or tombstones,
+/// or one correlation id) is read with its own keyset query of `limit + 1` rows, and the parts
+/// are merged.
+pub(super) async fn list(
+    store: &Store,
+    tenant_id: &str,
+    filter: &ListFilter,
+    limit: usize,
+) -> Result<ListPage, StoreError> {
+    let mut rows = Vec::new();
+    for query in list_queries(tenant_id, filter, limit) {
+        for model in query.all(&store.db).await? {
+            rows.push(from_model(model)?);
+        }
+    }
+    rows.sort_by(|a, b| list_order(a).cmp(&list_order(b)));
+    let next = (rows.len() > limit).then(|| {
+        let last = &rows[limit - 1];
+        ListCursor {
+            due_at: last.due_at,
+            service_call_id: last.service_call_id.clone(),
+        }
+    });
+    rows.truncate(limit);
+    Ok(ListPage { timers: rows, next })
+}
+
+/// See [`Store::stats`]. Counting walks the tenant's pending index entries: cheap for
+/// thousands of timers, slower by the million.
+pub(super) async fn stats(
+    store: &Store,
+    tenant_id: &str,
+    now: DateTime<Utc>,
+) -> Result<TenantStats, StoreError> {
+    let pending = || {
+        Entity::find()
+            .filter(Column::TenantId.eq(tenant_id))
+            .filter(Column::State.eq(TimerState::Scheduled.as_str()))
+    };
+    let count = |query: Select<Entity>| async move {
+        let n: Option<i64> = query
+            .select_only()
+            .column_as(Expr::cust("COUNT(*)"), "n")
+            .into_tuple()
+            .one(&store.db)
+            .await?;
+        Ok::<u64, DbErr>(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
+    };
+    let scheduled = count(pending()).await?;
+    let overdue =
+        count(pending().filter(Column::DueAt.lte(format_utc(now - OVERDUE_AFTER)))).await?;
+    let next: Option<Option<String>> = pending()
+        .select_only()
+        .column(Column::DueAt)
+        .order_by_asc(Column::DueAt)
+        .limit(1)
+        .into_tuple()
+        .one(&store.db)
+        .await?;
+    Ok(TenantStats {
+        scheduled,
+        overdue,
+        next_due_at: parse_optional_time("due_at", next.flatten())?,
+    })
+}
+
+/// The keyset queries one `list` page merges (see [`Store::list`]).
+pub fn list_queries(tenant_id: &str, filter: &ListFilter, limit: usize) -> Vec<Select<Entity>> {
+    let has_range = filter.due_from.is_some() || filter.due_to.is_some();
+    // Tombstones (no dueAt) come first; a cursor on a dated timer is past all of them.
+    let tombstones_wanted = !has_range
+        && filter.state.is_none_or(|s| s == TimerState::Cancelled)
+        && filter.after.as_ref().is_none_or(|c| c.due_at.is_none());
+    let base = || {
+        let mut query = Entity::find().filter(Column::TenantId.eq(tenant_id));
+        if let Some(correlation_id) = &filter.correlation_id {
+            query = query.filter(Column::CorrelationId.eq(correlation_id.as_str()));
+        }
+        query
+    };
+    let mut queries = Vec::new();
+    // One part per state when listing by state (or all of them), else one by correlation id.
+    let parts: Vec<Option<TimerState>> = match (filter.state, &filter.correlation_id) {
+        (Some(state), _) => vec![Some(state)],
+        (None, Some(_)) => vec![None],
+        (None, None) => TimerState::ALL.into_iter().map(Some).collect(),
+    };
+    for state in parts {
+        let with_state = |query: Select<Entity>| match state {
+            Some(state) => query.filter(Column::State.eq(state.as_str())),
+            None => query,
+        };
+        if tombstones_wanted && state.is_none_or(|s| s == TimerState::Cancelled) {
+            let mut query = with_state(base()).filter(Column::DueAt.is_null());
+            if let Some(after) = &filter.after {
+                query = query.filter(Column::ServiceCallId.gt(after.service_call_id.as_str()));
+            }
+            // Ordered by `due_at` (NULL in all of them) too, so that PostgreSQL follows the
+            // index order instead of sorting: it does not take `IS NULL` for an equality.
+            queries.push(
+                query
+                    .order_by_asc(Column::DueAt)
+                    .order_by_asc(Column::ServiceCallId)
+                    .limit(limit as u64 + 1),
+            );
+        }
+        let mut query = with_state(base()).filter(Column::DueAt.is_not_null());
+        if let Some(from) = filter.due_from {
+            query = query.filter(Column::DueAt.gte(format_utc(from)));
+        }
+        if let Some(to) = filter.due_to {
+            query = query.filter(Column::DueAt.lt(format_utc(to)));
+        }
+        if let Some(ListCursor {
+            due_at: Some(due_at),
+            service_call_id,
+        }) = &filter.after
+        {
+            query = query.filter(
+                Expr::tuple([Expr::col(Column::DueAt), Expr::col(Column::ServiceCallId)]).gt(
+                    Expr::tuple([
+                        Expr::value(format_utc(*due_at)),
+                        Expr::value(service_call_id.clone()),
+                    ]),
+                ),
+            );
+        }
+        queries.push(
+            query
+                .order_by_asc(Column::DueAt)
+                .order_by_asc(Column::ServiceCallId)
+                .limit(limit as u64 + 1),
+        );
+    }
+    queries
+}
+
+/// `list` order: tombstones first (by serviceCallId), then by `(dueAt, serviceCallId)`.
+fn list_order(timer: &Timer) -> (bool, Option<DateTime<Utc>>, &str) {
+    (
+        timer.due_at.is_some(),
+        timer.due_at,
+        timer.service_call_id.as_str(),
+    )
+}

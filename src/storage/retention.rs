@@ -1,0 +1,58 @@
+//! Retention: deleting finished timers (`Reached` or `Cancelled`) past their time, oldest
+//! first, in short transactions that commit without waiting for the disk (a lost delete costs
+//! nothing but doing it again).
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait, Query};
+use sea_orm::{ColumnTrait, EntityTrait, Order, QueryFilter};
+
+use super::entity::{Column, Entity};
+use super::{Store, StoreError};
+use crate::domain::TimerState;
+use crate::domain::timestamp::format_utc;
+
+/// See [`Store::delete_finished`].
+pub(super) async fn delete_finished(
+    store: &Store,
+    cutoff: DateTime<Utc>,
+    limit: usize,
+) -> Result<u64, StoreError> {
+    let cutoff = format_utc(cutoff);
+    store
+        .relaxed(async {
+            let txn = store.begin_relaxed().await?;
+            let mut deleted = 0;
+            for (state, finished_at) in [
+                (TimerState::Reached, Column::ReachedAt),
+                (TimerState::Cancelled, Column::CancelledAt),
+            ] {
+                let left = limit as u64 - deleted;
+                if left == 0 {
+                    break;
+                }
+                // Literal state, so SQLite uses the partial index on `finished_at`.
+                let mut oldest = Query::select();
+                oldest
+                    .columns([Column::TenantId, Column::ServiceCallId])
+                    .from(Entity)
+                    .and_where(Expr::cust(format!("state = '{}'", state.as_str())))
+                    .and_where(finished_at.lt(cutoff.clone()))
+                    .order_by(finished_at, Order::Asc)
+                    .limit(left);
+                deleted += Entity::delete_many()
+                    .filter(
+                        Expr::tuple([
+                            Expr::col(Column::TenantId),
+                            Expr::col(Column::ServiceCallId),
+                        ])
+                        .in_subquery(oldest),
+                    )
+                    .exec(&txn)
+                    .await?
+                    .rows_affected;
+            }
+            txn.commit().await?;
+            Ok(deleted)
+        })
+        .await
+}

@@ -1,0 +1,94 @@
+//! Conversions between stored rows and the domain's types. Timestamps are stored as
+//! fixed-width text (what the indexes order by) and parsed here, once; a row that does not
+//! parse is reported as [`StoreError::CorruptRow`].
+
+use chrono::{DateTime, Utc};
+use sea_orm::ActiveValue::Set;
+
+use super::StoreError;
+use super::entity;
+use crate::domain::timestamp::{format_utc, parse_stored};
+use crate::domain::{Action, Command, DueTimer, Timer};
+
+pub(super) fn to_active_model(command: &Command) -> entity::ActiveModel {
+    let row = command.new_row();
+    entity::ActiveModel {
+        tenant_id: Set(row.tenant_id),
+        service_call_id: Set(row.service_call_id),
+        correlation_id: Set(row.correlation_id),
+        due_at: Set(match command.action {
+            Action::Schedule { due_at } => Some(format_utc(due_at)),
+            Action::Cancel => None,
+        }),
+        registered_at: Set(format_utc(row.registered_at)),
+        reached_at: Set(None),
+        cancelled_at: Set(row.cancelled_at.map(format_utc)),
+        state: Set(row.state.as_str().to_owned()),
+        command_seq: Set(command.seq as i64),
+        cancelled_seq: Set(row.cancelled_seq.map(|seq| seq as i64)),
+        claimed_by: Set(None),
+        claim_until: Set(None),
+    }
+}
+
+pub(super) fn parse_time(field: &str, text: &str) -> Result<DateTime<Utc>, StoreError> {
+    parse_stored(text).map_err(|e| StoreError::CorruptRow {
+        tenant_id: "?".into(),
+        service_call_id: "?".into(),
+        reason: format!("{field} {text:?}: {e}"),
+    })
+}
+
+/// A time column of a one-row query that may have found nothing.
+pub(super) fn parse_optional_time(
+    field: &str,
+    text: Option<String>,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    text.map(|text| parse_time(field, &text)).transpose()
+}
+
+pub(super) fn from_model(model: entity::Model) -> Result<Timer, StoreError> {
+    let corrupt = |reason: String| StoreError::CorruptRow {
+        tenant_id: model.tenant_id.clone(),
+        service_call_id: model.service_call_id.clone(),
+        reason,
+    };
+    let time = |field: &str, text: &str| {
+        parse_stored(text).map_err(|e| corrupt(format!("{field} {text:?}: {e}")))
+    };
+    let optional =
+        |field: &str, text: &Option<String>| text.as_deref().map(|t| time(field, t)).transpose();
+    Ok(Timer {
+        due_at: optional("due_at", &model.due_at)?,
+        registered_at: time("registered_at", &model.registered_at)?,
+        reached_at: optional("reached_at", &model.reached_at)?,
+        cancelled_at: optional("cancelled_at", &model.cancelled_at)?,
+        state: model.state.parse().map_err(corrupt)?,
+        command_seq: u64::try_from(model.command_seq).map_err(|e| corrupt(e.to_string()))?,
+        cancelled_seq: model
+            .cancelled_seq
+            .map(|seq| u64::try_from(seq).map_err(|e| corrupt(e.to_string())))
+            .transpose()?,
+        tenant_id: model.tenant_id,
+        service_call_id: model.service_call_id,
+        correlation_id: model.correlation_id,
+    })
+}
+
+pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreError> {
+    let due_at = match model.due_at.as_deref() {
+        Some(text) => parse_stored(text).map_err(|e| e.to_string()),
+        None => Err("a Scheduled row without due_at".to_owned()),
+    }
+    .map_err(|reason| StoreError::CorruptRow {
+        tenant_id: model.tenant_id.clone(),
+        service_call_id: model.service_call_id.clone(),
+        reason,
+    })?;
+    Ok(DueTimer {
+        tenant_id: model.tenant_id,
+        service_call_id: model.service_call_id,
+        correlation_id: model.correlation_id,
+        due_at,
+    })
+}

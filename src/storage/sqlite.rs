@@ -1,0 +1,138 @@
+//! The SQLite [`Backend`]: one daemon per file, a connection that rests at `synchronous =
+//! NORMAL` and is raised to the configured level for durable work only, and the checks that
+//! only a file has (its identity at its path, the free space of its disk).
+
+use std::path::{Path, PathBuf};
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
+
+use super::backend::Backend;
+use super::db::{FileIdentity, SqliteSettings, Synchronous, checkpoint, free_bytes};
+use super::{MIN_FREE_BYTES, ROWS_PER_STATEMENT, StoreError};
+
+/// The file a store writes to and what is checked of it.
+#[derive(Debug)]
+pub(crate) struct Sqlite {
+    path: PathBuf,
+    /// The file opened; a commit counts only while the path still names it.
+    identity: FileIdentity,
+    /// The configured `synchronous` level: what commands and cancels commit at.
+    synchronous: Synchronous,
+}
+
+impl Sqlite {
+    /// The backend of the file at `path`, just opened as `db`: its identity noted, and the
+    /// connection lowered to its resting level.
+    pub(crate) async fn open(
+        db: &DatabaseConnection,
+        path: &Path,
+        settings: &SqliteSettings,
+    ) -> Result<Self, StoreError> {
+        let sqlite = Self {
+            identity: FileIdentity::of(path).map_err(|e| StoreError::FileMoved {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            })?,
+            path: path.to_owned(),
+            synchronous: settings.synchronous,
+        };
+        if sqlite.raises() {
+            set_synchronous(db, Synchronous::Normal).await?;
+        }
+        Ok(sqlite)
+    }
+
+    /// Whether the configured level waits for the disk at each commit, so that the connection
+    /// rests at `NORMAL` (no fsync) and is raised to it only for durable work: the writes whose
+    /// loss to a power cut is harmless (claims, marks, retention deletes, the probe) then skip
+    /// the fsync without a round trip of their own.
+    fn raises(&self) -> bool {
+        matches!(self.synchronous, Synchronous::Full | Synchronous::Extra)
+    }
+}
+
+async fn set_synchronous(db: &DatabaseConnection, level: Synchronous) -> Result<(), StoreError> {
+    let pragma = format!("PRAGMA synchronous = {}", level.as_str());
+    db.execute_unprepared(&pragma).await?;
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl Backend for Sqlite {
+    async fn raise_durability(&self, db: &DatabaseConnection) -> Result<(), StoreError> {
+        if self.raises() {
+            set_synchronous(db, self.synchronous).await?;
+        }
+        Ok(())
+    }
+
+    async fn lower_durability(&self, db: &DatabaseConnection) {
+        if self.raises()
+            && let Err(e) = set_synchronous(db, Synchronous::Normal).await
+        {
+            tracing::debug!(error = %e, "synchronous stays at the configured level");
+        }
+    }
+
+    /// The connection's resting level already skips the fsync.
+    async fn relax(&self, _txn: &DatabaseTransaction) -> Result<(), DbErr> {
+        Ok(())
+    }
+
+    fn statement_is_transaction(&self) -> bool {
+        true
+    }
+
+    /// SQLite plans a long `IN` list without trouble.
+    fn keys_per_mark(&self) -> usize {
+        ROWS_PER_STATEMENT
+    }
+
+    /// One daemon per file: no other daemon's claim to wait for, and its own claims from before
+    /// a restart are its to resume (`claimed_by` is its name).
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Fails when the path no longer names the file this store writes to (removed, or replaced
+    /// by another): what was just committed went into a file that is gone.
+    fn check_written(&self) -> Result<(), StoreError> {
+        let moved = |reason: String| StoreError::FileMoved {
+            path: self.path.clone(),
+            reason,
+        };
+        match FileIdentity::of(&self.path) {
+            Ok(identity) if identity == self.identity => Ok(()),
+            Ok(_) => Err(moved("another file is at its path now".into())),
+            Err(e) => Err(moved(e.to_string())),
+        }
+    }
+
+    fn check_room(&self) -> Result<(), StoreError> {
+        let free = free_bytes(&self.path).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        if free < MIN_FREE_BYTES {
+            return Err(StoreError::Unavailable(format!(
+                "disk almost full: {} KiB free beside {}",
+                free / 1024,
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// On the writer's connection, a passive checkpoint of what the Checkpointer left: only the
+    /// frames committed since its last complete pass, so it is short, and it waits for nobody.
+    /// With the WAL then fully copied, SQLite's next commit writes it again from its start.
+    /// Done from the Checkpointer's connection (a `RESTART`), the same step would take the
+    /// writer's lock and leave the writer waiting in its busy handler.
+    async fn catch_up_wal(&self, db: &DatabaseConnection) -> Result<(), StoreError> {
+        let done = checkpoint(db).await?;
+        tracing::debug!(
+            actor = "persistence",
+            wal_pages = done.wal_pages,
+            checkpointed_pages = done.checkpointed_pages,
+            "WAL caught up"
+        );
+        Ok(())
+    }
+}
