@@ -6,13 +6,10 @@
 //! the WAL catch-up. A change for one database touches its own file only.
 
 use std::fmt::Debug;
-use std::sync::Arc;
 
 use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr};
 
 use super::StoreError;
-use super::db::{DatabaseTarget, connect};
-use super::{postgres::Postgres, sqlite::Sqlite};
 
 /// What one database does its own way. Methods that have nothing to do on a database are
 /// no-ops there.
@@ -51,21 +48,4 @@ pub(crate) trait Backend: Debug + Send + Sync {
     /// Copies into the database what its write-ahead log still holds, when that is the
     /// writer's job.
     async fn catch_up_wal(&self, db: &DatabaseConnection) -> Result<(), StoreError>;
-}
-
-/// Opens the existing database at `target` and the backend that goes with it.
-pub(crate) async fn open(
-    target: &DatabaseTarget,
-) -> Result<(DatabaseConnection, Arc<dyn Backend>), StoreError> {
-    match target {
-        DatabaseTarget::Sqlite { path, settings } => {
-            let db = connect(target, 1).await?;
-            let backend = Sqlite::open(&db, path, settings).await?;
-            Ok((db, Arc::new(backend)))
-        }
-        DatabaseTarget::Postgres { .. } => {
-            let db = connect(target, Postgres::POOL).await?;
-            Ok((db, Arc::new(Postgres)))
-        }
-    }
 }

@@ -44,7 +44,9 @@ use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr, TransactionTrait};
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use backend::Backend;
-use db::DatabaseTarget;
+use db::{DatabaseTarget, connect};
+use postgres::Postgres;
+use sqlite::Sqlite;
 
 pub use db::{SqliteSettings, Synchronous};
 pub use probe::MIN_FREE_BYTES;
@@ -124,7 +126,7 @@ pub struct Store {
 impl Store {
     /// Opens the existing database. The schema must already be migrated.
     pub async fn open(target: &DatabaseTarget) -> Result<Self, StoreError> {
-        let (db, backend) = backend::open(target).await?;
+        let (db, backend) = open_backend(target).await?;
         Ok(Self { db, backend })
     }
 
@@ -277,5 +279,22 @@ impl Store {
         let txn = self.db.begin().await?;
         self.backend.relax(&txn).await?;
         Ok(txn)
+    }
+}
+
+/// Opens the existing database at `target` and the backend that goes with it.
+async fn open_backend(
+    target: &DatabaseTarget,
+) -> Result<(DatabaseConnection, Arc<dyn Backend>), StoreError> {
+    match target {
+        DatabaseTarget::Sqlite { path, settings } => {
+            let db = connect(target, 1).await?;
+            let backend = Sqlite::open(&db, path, settings).await?;
+            Ok((db, Arc::new(backend)))
+        }
+        DatabaseTarget::Postgres { .. } => {
+            let db = connect(target, Postgres::POOL).await?;
+            Ok((db, Arc::new(Postgres)))
+        }
     }
 }
