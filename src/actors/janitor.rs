@@ -13,7 +13,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::registry::Registry;
@@ -50,7 +49,6 @@ pub struct JanitorArgs {
 
 pub struct JanitorState {
     args: JanitorArgs,
-    tick: Option<JoinHandle<()>>,
     /// Rows deleted in the sweep under way.
     swept: u64,
     /// A sweep is under way (its next batch is planned): the interval starts no second one,
@@ -77,7 +75,6 @@ impl Actor for Janitor {
     ) -> Result<JanitorState, ActorProcessingErr> {
         Ok(JanitorState {
             args,
-            tick: None,
             swept: 0,
             sweeping: false,
         })
@@ -95,19 +92,9 @@ impl Actor for Janitor {
             );
             return Ok(());
         }
-        state.tick = Some(myself.send_interval(INTERVAL, || JanitorMsg::Sweep));
+        // The interval task ends by itself once this actor has stopped.
+        myself.send_interval(INTERVAL, || JanitorMsg::Sweep);
         myself.cast(JanitorMsg::Sweep)?;
-        Ok(())
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut JanitorState,
-    ) -> Result<(), ActorProcessingErr> {
-        if let Some(tick) = state.tick.take() {
-            tick.abort();
-        }
         Ok(())
     }
 

@@ -79,7 +79,6 @@ type WakeTask = JoinHandle<Result<(), ractor::MessagingErr<PollerMsg>>>;
 
 pub struct PollerState {
     args: PollerArgs,
-    tick: Option<JoinHandle<()>>,
     /// The pending wake-up: when, and the timer task that will deliver it.
     wake: Option<(DateTime<Utc>, WakeTask)>,
     /// Publishing batches, oldest first: each yields its outcome when the broker has answered.
@@ -137,7 +136,6 @@ impl Actor for Poller {
     ) -> Result<PollerState, ActorProcessingErr> {
         Ok(PollerState {
             args,
-            tick: None,
             wake: None,
             in_flight: VecDeque::new(),
             cursor: None,
@@ -154,7 +152,8 @@ impl Actor for Poller {
         myself: ActorRef<Self::Msg>,
         state: &mut PollerState,
     ) -> Result<(), ActorProcessingErr> {
-        state.tick = Some(myself.send_interval(state.args.polling_interval, || PollerMsg::Tick));
+        // The interval task ends by itself once this actor has stopped.
+        myself.send_interval(state.args.polling_interval, || PollerMsg::Tick);
         // Whatever became due while the daemon was down fires now.
         myself.cast(PollerMsg::Wake)?;
         Ok(())
@@ -167,9 +166,6 @@ impl Actor for Poller {
         myself: ActorRef<Self::Msg>,
         state: &mut PollerState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(tick) = state.tick.take() {
-            tick.abort();
-        }
         if let Some((_, wake)) = state.wake.take() {
             wake.abort();
         }
