@@ -21,11 +21,11 @@ use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::Semaphore;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::persistence::{CallError, PersistenceClient};
 use super::registry::Registry;
 use super::supervisor::NamedActor;
-use super::task::AbortOnDrop;
 use crate::backoff;
 use crate::domain::api::{
     ApiError, Verb, cancel_reply, get_reply, list_reply, parse_key_request, parse_list_request,
@@ -63,7 +63,7 @@ pub struct ApiResponderArgs {
 pub struct ApiResponderState {
     args: ApiResponderArgs,
     /// The task receiving requests; aborted (stopping the service) when the actor ends.
-    serving: Option<AbortOnDrop>,
+    serving: Option<AbortOnDropHandle<()>>,
     failed_starts: u32,
 }
 
@@ -126,7 +126,7 @@ impl Actor for ApiResponder {
                     state.failed_starts = 0;
                     let handler = Handler::new(&state.args);
                     let task = tokio::spawn(serve(requests, handler, myself.clone()));
-                    state.serving = Some(AbortOnDrop(task));
+                    state.serving = Some(AbortOnDropHandle::new(task));
                 }
                 Err(e) => {
                     state.failed_starts += 1;

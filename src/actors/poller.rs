@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use ractor::concurrency::{JoinHandle, OneshotReceiver};
+use ractor::concurrency::OneshotReceiver;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot::error::TryRecvError;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::registry::Registry;
 use super::supervisor::NamedActor;
@@ -74,8 +75,9 @@ pub struct PollerArgs {
     pub polling_interval: Duration,
 }
 
-/// The timer task that delivers a planned wake-up; aborted when a new plan replaces it.
-type WakeTask = JoinHandle<Result<(), ractor::MessagingErr<PollerMsg>>>;
+/// The timer task that delivers a planned wake-up; aborted when a new plan replaces it (or the
+/// actor ends).
+type WakeTask = AbortOnDropHandle<Result<(), ractor::MessagingErr<PollerMsg>>>;
 
 pub struct PollerState {
     args: PollerArgs,
@@ -166,9 +168,7 @@ impl Actor for Poller {
         myself: ActorRef<Self::Msg>,
         state: &mut PollerState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some((_, wake)) = state.wake.take() {
-            wake.abort();
-        }
+        state.wake = None;
         // One deadline for them all: each batch's own wait is bounded too, but a hundred of
         // them one after another would not be.
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
@@ -246,14 +246,12 @@ impl Actor for Poller {
 
 /// Arranges the next wake-up at `at` (now, if `at` has passed), replacing any other.
 fn wake_at(myself: &ActorRef<PollerMsg>, state: &mut PollerState, at: DateTime<Utc>) {
-    if let Some((_, previous)) = state.wake.take() {
-        previous.abort();
-    }
     let delay = (at - state.args.clock.now())
         .to_std()
         .unwrap_or(Duration::ZERO);
     let task = myself.send_after(delay, || PollerMsg::Wake);
-    state.wake = Some((at, task));
+    // Replacing the plan drops (and so aborts) the previous wake-up.
+    state.wake = Some((at, AbortOnDropHandle::new(task)));
 }
 
 /// Pauses new batches after a failed round, backing off while failures repeat.
@@ -331,11 +329,7 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
             // Nothing more is due now: sleep until the next timer is.
             match batch.next_due_at {
                 Some(at) => wake_at(myself, state, at),
-                None => {
-                    if let Some((_, wake)) = state.wake.take() {
-                        wake.abort();
-                    }
-                }
+                None => state.wake = None,
             }
             return;
         }
