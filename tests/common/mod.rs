@@ -4,6 +4,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod database;
+pub mod doubles;
 pub mod nats_cluster;
 mod nats_server;
 pub mod pki;
