@@ -46,20 +46,17 @@ const MAX_SOURCE_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_STORE_BACKOFF: Duration = Duration::from_secs(5);
 /// Transactions handed to Persistence and not yet acknowledged, at most. One: Persistence
 /// runs them one after another anyway, and everything that arrives while one commits joins the
-/// next, so at 1,000 commands/s a commit carries several instead of one or two and leaves the
-/// Poller's claims less to queue behind (lateness p50 at 1,000 timers/s went from about 6 ms
-/// with two to about 4 ms with one).
+/// next, so a commit carries several commands and leaves the Poller's claims less to queue
+/// behind.
 pub const STORE_PIPELINE_DEPTH: usize = 1;
 /// Most commands gathered into one transaction while others are under way (with the
 /// transactions in flight, well under the consumer's 10,000 unacknowledged commands).
 pub const GROUP_MAX: usize = 4_000;
 /// How long a pull waits for more while commands are already gathered: only what is there.
 const GATHER_WAIT: Duration = Duration::from_millis(1);
-/// Least time between the starts of two commits while commands keep arriving: at 1,000
-/// commands/s a commit every millisecond or two carried two or three commands and kept
-/// Persistence busy more than half the time, delaying the Poller's claims (lateness p50 4 ms);
-/// gathered for this long, they share one fsync. A command arriving after a quiet spell is
-/// committed at once.
+/// Least time between the starts of two commits while commands keep arriving: commits of two
+/// or three commands each kept Persistence busy and delayed the Poller's claims; gathered for
+/// this long, they share one fsync. A command arriving after a quiet spell is committed at once.
 const COMMIT_SPACING: Duration = Duration::from_millis(5);
 /// How long a batch may wait for its commit before it is handed back to the broker.
 const STORE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -36,9 +36,8 @@ use crate::domain::events::{due_message_id, due_time_reached};
 use crate::domain::{DuePosition, DueTimer, Subjects};
 use crate::ports::{Clock, EventBus, OutgoingEvent};
 
-/// Timers one claim takes at least. A claim costs about a millisecond whatever its size, so one
-/// claim per batch of 100 (the default `batch_size`) made claims the limit: fire at batch 100
-/// was 70% of that at 5,000.
+/// Timers one claim takes at least. A claim's cost is mostly fixed, whatever its size, so one
+/// claim per small batch would make claims the limit.
 pub const CLAIM_AT_LEAST: usize = 5_000;
 
 /// Timers one claim takes: whole batches, at least [`CLAIM_AT_LEAST`].
