@@ -17,8 +17,8 @@ use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::Subjects;
-use crate::domain::command::check_tenant_id;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
+use crate::domain::tenant::check_tenant_id;
 use crate::nats::BrokerNames;
 use crate::persistence::SqliteSettings;
 

@@ -31,7 +31,8 @@ use crate::domain::api::{
     ApiError, Verb, cancel_reply, get_reply, list_reply, parse_key_request, parse_list_request,
     parse_stats_request, stats_reply,
 };
-use crate::domain::command::{cancel_timer_command, check_tenant_id, generated_correlation_id};
+use crate::domain::command::{cancel_timer_command, generated_correlation_id};
+use crate::domain::tenant::check_tenant_id;
 use crate::domain::{Action, Command, StreamIncarnation, Subjects, command_order};
 use crate::ports::{ApiRequest, ApiServer, Clock, CommandPublisher};
 

@@ -27,9 +27,10 @@ use super::poller::{Poller, PollerMsg};
 use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::backoff;
-use crate::domain::command::{check_tenant_id, generated_correlation_id};
+use crate::domain::command::generated_correlation_id;
 use crate::domain::events::{rejection_message_id, timer_command_rejected};
 use crate::domain::subjects::UNKNOWN_TENANT;
+use crate::domain::tenant::check_tenant_id;
 use crate::domain::{
     Action, Arrival, Command, Rejection, StreamIncarnation, Subjects, command_order, parse_command,
 };
