@@ -28,15 +28,17 @@ use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::backoff;
 use crate::domain::command::generated_correlation_id;
-use crate::domain::events::{rejection_message_id, timer_command_rejected};
 use crate::domain::subjects::UNKNOWN_TENANT;
 use crate::domain::tenant::check_tenant_id;
 use crate::domain::{
     Action, Arrival, Command, Rejection, StreamIncarnation, Subjects, command_order, parse_command,
 };
 use crate::ports::{
-    Clock, CommandSource, CommandSourceFactory, Delivery, EventBus, InboundCommand, OutgoingEvent,
+    Clock, CommandSource, CommandSourceFactory, Delivery, EventBus, InboundCommand,
 };
+
+mod rejection;
+use rejection::reject;
 
 /// How long one pull waits for commands before the actor looks at its mailbox again; also the
 /// longest a graceful stop waits for a pull request in flight.
@@ -469,45 +471,4 @@ fn store(
 async fn hand_back(to_ack: &[Box<dyn Delivery>], cause: String) -> Stored {
     join_all(to_ack.iter().map(|d| d.nak(Duration::ZERO))).await;
     Err(format!("{cause} ({} commands)", to_ack.len()))
-}
-
-/// Reports each refused command on the rejection subject, then terminates it on the broker.
-async fn reject(args: &CommandHandlerArgs, rejected: Vec<(InboundCommand, Rejection, u64)>) {
-    let now = args.clock.now();
-    let mut events = Vec::with_capacity(rejected.len());
-    for (command, rejection, order) in &rejected {
-        tracing::warn!(actor = "command_handler", tenant_id = %rejection.tenant_id,
-            subject = %command.subject, sequence = command.sequence, reason = %rejection.reason,
-            "command rejected");
-        let envelope = timer_command_rejected(
-            &rejection.tenant_id,
-            &rejection.reason,
-            &command.subject,
-            &command.payload,
-            now,
-        );
-        match serde_json::to_vec(&envelope) {
-            Ok(payload) => events.push(OutgoingEvent {
-                subject: args.subjects.rejected(&rejection.tenant_id),
-                message_id: rejection_message_id(*order),
-                payload: payload.into(),
-            }),
-            Err(e) => tracing::error!(actor = "command_handler", error = %e,
-                "cannot encode a rejection event"),
-        }
-    }
-    for result in args.bus.publish_all(events).await {
-        if let Err(e) = result {
-            tracing::error!(actor = "command_handler", error = %e,
-                "rejection event not published; the rejection stays in this log only");
-        }
-    }
-    join_all(
-        rejected
-            .iter()
-            .map(|(command, _, _)| command.delivery.term()),
-    )
-    .await;
-    metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "rejected")
-        .increment(rejected.len() as u64);
 }
