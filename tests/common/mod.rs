@@ -602,8 +602,13 @@ pub fn cancel_at(
     }
 }
 
-/// Rows of the database by state, read on a connection of the test's own.
-pub async fn rows_by_state(database: &DatabaseTarget) -> std::collections::BTreeMap<String, i64> {
+/// The rows `sql` selects, each turned into a `T` by `map`, read on a connection of the test's
+/// own.
+pub async fn query_rows<T>(
+    database: &DatabaseTarget,
+    sql: &str,
+    map: impl Fn(&sea_orm::QueryResult) -> T,
+) -> Vec<T> {
     use sea_orm::{ConnectionTrait, Statement};
     let db = timer_service::persistence::db::connect(database, 1)
         .await
@@ -611,19 +616,28 @@ pub async fn rows_by_state(database: &DatabaseTarget) -> std::collections::BTree
     let rows = db
         .query_all_raw(Statement::from_string(
             db.get_database_backend(),
-            "SELECT state, COUNT(*) FROM timer_schedules GROUP BY state",
+            sql.to_owned(),
         ))
         .await
-        .expect("count rows");
-    let counts = rows
-        .iter()
-        .map(|row| {
+        .expect("read the rows");
+    let out = rows.iter().map(map).collect();
+    db.close().await.expect("close");
+    out
+}
+
+/// Rows of the database by state, read on a connection of the test's own.
+pub async fn rows_by_state(database: &DatabaseTarget) -> std::collections::BTreeMap<String, i64> {
+    query_rows(
+        database,
+        "SELECT state, COUNT(*) FROM timer_schedules GROUP BY state",
+        |row| {
             (
                 row.try_get_by_index::<String>(0).expect("state"),
                 row.try_get_by_index::<i64>(1).expect("count"),
             )
-        })
-        .collect();
-    db.close().await.expect("close");
-    counts
+        },
+    )
+    .await
+    .into_iter()
+    .collect()
 }
