@@ -10,11 +10,12 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use crate::client::{ClientError, TimerClient};
-use crate::config::{Secret, redact_url};
+use crate::config::{NatsSettings, Secret, redact_url};
 use crate::domain::Subjects;
 use crate::domain::api::TimerView;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::domain::timestamp::format_utc;
+use crate::nats::connection::{ConnectError, connect_options};
 
 #[derive(Debug, Args)]
 pub struct TimersArgs {
@@ -278,45 +279,32 @@ async fn connect(args: &TimersArgs) -> Result<async_nats::Client, CliError> {
         server: redact_url(&args.server),
         message,
     };
-    let mut options = async_nats::ConnectOptions::new()
+    let settings = NatsSettings {
+        credentials: args.creds.clone(),
+        nkey_seed: args.nkey_seed.clone(),
+        user: args.user.clone(),
+        password: args.password.clone(),
+        token: args.token.clone(),
+        tls_ca: args.tls_ca.clone(),
+        tls_cert: args.tls_cert.clone(),
+        tls_key: args.tls_key.clone(),
+        ..NatsSettings::default()
+    };
+    let (servers, options) =
+        connect_options(&args.server, &settings)
+            .await
+            .map_err(|e| match e {
+                // A person reads this: "credentials <path>", as the flag is named.
+                ConnectError::File { what, path, source } => {
+                    let what = what.strip_suffix(" file").unwrap_or(what);
+                    failed(format!("{what} {path}: {source}"))
+                }
+                other => failed(other.to_string()),
+            })?;
+    options
         .name("timer-service timers")
         .custom_inbox_prefix(&args.inbox_prefix)
-        .connection_timeout(Duration::from_secs(5));
-    if let Some(creds) = &args.creds {
-        options = options
-            .credentials_file(creds)
-            .await
-            .map_err(|e| failed(format!("credentials {}: {e}", creds.display())))?;
-    }
-    if let Some(path) = &args.nkey_seed {
-        let seed = std::fs::read_to_string(path)
-            .map_err(|e| failed(format!("nkey seed {}: {e}", path.display())))?;
-        options = options.nkey(seed.trim().to_owned());
-    }
-    if let (Some(user), Some(password)) = (&args.user, &args.password) {
-        options = options.user_and_password(user.clone(), password.expose().to_owned());
-    }
-    if let Some(token) = &args.token {
-        options = options.token(token.expose().to_owned());
-    }
-    if let Some(ca) = &args.tls_ca {
-        options = options.add_root_certificates(ca.clone()).require_tls(true);
-    }
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        options = options
-            .add_client_certificate(cert.clone(), key.clone())
-            .require_tls(true);
-    }
-    let (servers, url_credentials) =
-        crate::nats::connection::broker_servers(&args.server).map_err(|e| failed(e.to_string()))?;
-    let named = args.creds.is_some()
-        || args.nkey_seed.is_some()
-        || args.user.is_some()
-        || args.token.is_some();
-    if let Some(credentials) = url_credentials.filter(|_| !named) {
-        options = credentials.apply(options);
-    }
-    options
+        .connection_timeout(Duration::from_secs(5))
         .connect(servers)
         .await
         .map_err(|e| failed(e.to_string()))

@@ -8,7 +8,7 @@
 //!
 //! - [`domain`]: messages, validation, upsert rules, subjects and timestamps. No I/O.
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
-//!   [`ports::Clock`], plus in-memory/manual doubles for unit tests.
+//!   [`ports::Clock`] (their test doubles are in `tests/common/doubles.rs`).
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker.
 //! - [`storage`]: the store (SeaORM, SQLite or PostgreSQL), the only code that touches the database.
 //! - [`actors`]: Supervisor, Persistence, Checkpointer, CommandHandler and Poller (ractor).

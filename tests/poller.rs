@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
+use common::doubles::{InMemoryEventBus, ManualClock};
 use common::eventually;
 use ractor::{Actor, ActorRef};
 use timer_service::actors::Registry;
@@ -18,9 +19,7 @@ use timer_service::actors::persistence::{PersistenceArgs, PersistenceClient, Per
 use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg, window};
 use timer_service::actors::{NamedActor, Persistence};
 use timer_service::domain::{Subjects, TimerState};
-use timer_service::ports::{
-    BusError, Clock, EventBus, InMemoryEventBus, ManualClock, OutgoingEvent, SystemClock,
-};
+use timer_service::ports::{BusError, Clock, EventBus, OutgoingEvent, SystemClock};
 use timer_service::storage::db::migrate;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

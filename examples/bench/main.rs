@@ -18,6 +18,8 @@
 #[allow(dead_code)]
 #[path = "../../tests/common/nats_server.rs"]
 mod nats_server;
+#[path = "../../tests/common/support.rs"]
+mod support;
 
 mod daemon;
 mod plot;

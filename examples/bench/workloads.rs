@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, message::PublishMessage, stream};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use timer_service::nats::BrokerNames;
 use timer_service::nats::streams::ensure_command_stream;
@@ -16,11 +16,8 @@ use tokio::sync::Mutex;
 
 use crate::daemon::{CpuMeter, Daemon, Settings};
 use crate::raw::publish_pipelined;
+use crate::support::{http_get, rfc3339};
 use crate::world::World;
-
-fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
-}
 
 fn command(tenant: &str, id: &str, due: DateTime<Utc>) -> bytes::Bytes {
     serde_json::to_vec(&serde_json::json!({
@@ -286,7 +283,7 @@ async fn scrape_every_second(ports: Vec<u16>, duration: Duration) -> Option<Stri
     let mut last = None;
     while start.elapsed() < duration {
         for (i, port) in ports.iter().enumerate() {
-            if let Some(body) = http_get(*port, "/metrics").await
+            if let Some((200, body)) = http_get(&format!("127.0.0.1:{port}"), "/metrics").await
                 && i == 0
             {
                 last = Some(body);
@@ -295,23 +292,6 @@ async fn scrape_every_second(ports: Vec<u16>, duration: Duration) -> Option<Stri
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     last
-}
-
-/// A plain HTTP/1.1 GET on localhost: the body of a 200 answer.
-pub async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    response
-        .starts_with("HTTP/1.1 200")
-        .then(|| response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()))
-        .flatten()
 }
 
 /// API requests answered per second with `in_flight` requests outstanding at all times: `get`

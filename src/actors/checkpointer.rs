@@ -20,7 +20,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::registry::Registry;
@@ -58,7 +57,6 @@ pub struct CheckpointerState {
     args: CheckpointerArgs,
     /// The open connection and the file it opened; `None` after a failure.
     db: Option<Opened>,
-    tick: Option<JoinHandle<()>>,
     /// Consecutive failed attempts.
     failures: u32,
     /// What the last pass reported: an idle WAL reports the same again, and needs no flush.
@@ -90,7 +88,6 @@ impl Actor for Checkpointer {
         Ok(CheckpointerState {
             args,
             db: None,
-            tick: None,
             failures: 0,
             last: None,
         })
@@ -99,10 +96,10 @@ impl Actor for Checkpointer {
     async fn post_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        state: &mut CheckpointerState,
+        _state: &mut CheckpointerState,
     ) -> Result<(), ActorProcessingErr> {
-        state.tick =
-            Some(myself.send_interval(CHECKPOINT_INTERVAL, || CheckpointerMsg::Checkpoint));
+        // The interval task ends by itself once this actor has stopped.
+        myself.send_interval(CHECKPOINT_INTERVAL, || CheckpointerMsg::Checkpoint);
         Ok(())
     }
 
@@ -111,9 +108,6 @@ impl Actor for Checkpointer {
         _myself: ActorRef<Self::Msg>,
         state: &mut CheckpointerState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(tick) = state.tick.take() {
-            tick.abort();
-        }
         if let Some(opened) = state.db.take() {
             opened.db.close().await?;
         }

@@ -27,15 +27,18 @@ use super::poller::{Poller, PollerMsg};
 use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::backoff;
-use crate::domain::command::{check_tenant_id, generated_correlation_id};
-use crate::domain::events::{rejection_message_id, timer_command_rejected};
+use crate::domain::command::generated_correlation_id;
 use crate::domain::subjects::UNKNOWN_TENANT;
+use crate::domain::tenant::check_tenant_id;
 use crate::domain::{
     Action, Arrival, Command, Rejection, StreamIncarnation, Subjects, command_order, parse_command,
 };
 use crate::ports::{
-    Clock, CommandSource, CommandSourceFactory, Delivery, EventBus, InboundCommand, OutgoingEvent,
+    Clock, CommandSource, CommandSourceFactory, Delivery, EventBus, InboundCommand,
 };
+
+mod rejection;
+use rejection::reject;
 
 /// How long one pull waits for commands before the actor looks at its mailbox again; also the
 /// longest a graceful stop waits for a pull request in flight.
@@ -46,20 +49,17 @@ const MAX_SOURCE_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_STORE_BACKOFF: Duration = Duration::from_secs(5);
 /// Transactions handed to Persistence and not yet acknowledged, at most. One: Persistence
 /// runs them one after another anyway, and everything that arrives while one commits joins the
-/// next, so at 1,000 commands/s a commit carries several instead of one or two and leaves the
-/// Poller's claims less to queue behind (lateness p50 at 1,000 timers/s went from about 6 ms
-/// with two to about 4 ms with one).
+/// next, so a commit carries several commands and leaves the Poller's claims less to queue
+/// behind.
 pub const STORE_PIPELINE_DEPTH: usize = 1;
 /// Most commands gathered into one transaction while others are under way (with the
 /// transactions in flight, well under the consumer's 10,000 unacknowledged commands).
 pub const GROUP_MAX: usize = 4_000;
 /// How long a pull waits for more while commands are already gathered: only what is there.
 const GATHER_WAIT: Duration = Duration::from_millis(1);
-/// Least time between the starts of two commits while commands keep arriving: at 1,000
-/// commands/s a commit every millisecond or two carried two or three commands and kept
-/// Persistence busy more than half the time, delaying the Poller's claims (lateness p50 4 ms);
-/// gathered for this long, they share one fsync. A command arriving after a quiet spell is
-/// committed at once.
+/// Least time between the starts of two commits while commands keep arriving: commits of two
+/// or three commands each kept Persistence busy and delayed the Poller's claims; gathered for
+/// this long, they share one fsync. A command arriving after a quiet spell is committed at once.
 const COMMIT_SPACING: Duration = Duration::from_millis(5);
 /// How long a batch may wait for its commit before it is handed back to the broker.
 const STORE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -471,45 +471,4 @@ fn store(
 async fn hand_back(to_ack: &[Box<dyn Delivery>], cause: String) -> Stored {
     join_all(to_ack.iter().map(|d| d.nak(Duration::ZERO))).await;
     Err(format!("{cause} ({} commands)", to_ack.len()))
-}
-
-/// Reports each refused command on the rejection subject, then terminates it on the broker.
-async fn reject(args: &CommandHandlerArgs, rejected: Vec<(InboundCommand, Rejection, u64)>) {
-    let now = args.clock.now();
-    let mut events = Vec::with_capacity(rejected.len());
-    for (command, rejection, order) in &rejected {
-        tracing::warn!(actor = "command_handler", tenant_id = %rejection.tenant_id,
-            subject = %command.subject, sequence = command.sequence, reason = %rejection.reason,
-            "command rejected");
-        let envelope = timer_command_rejected(
-            &rejection.tenant_id,
-            &rejection.reason,
-            &command.subject,
-            &command.payload,
-            now,
-        );
-        match serde_json::to_vec(&envelope) {
-            Ok(payload) => events.push(OutgoingEvent {
-                subject: args.subjects.rejected(&rejection.tenant_id),
-                message_id: rejection_message_id(*order),
-                payload: payload.into(),
-            }),
-            Err(e) => tracing::error!(actor = "command_handler", error = %e,
-                "cannot encode a rejection event"),
-        }
-    }
-    for result in args.bus.publish_all(events).await {
-        if let Err(e) = result {
-            tracing::error!(actor = "command_handler", error = %e,
-                "rejection event not published; the rejection stays in this log only");
-        }
-    }
-    join_all(
-        rejected
-            .iter()
-            .map(|(command, _, _)| command.delivery.term()),
-    )
-    .await;
-    metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "rejected")
-        .increment(rejected.len() as u64);
 }

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::supervisor::NamedActor;
@@ -32,7 +31,6 @@ pub struct GaugesArgs {
 pub struct GaugesState {
     args: GaugesArgs,
     store: Option<Store>,
-    tick: Option<JoinHandle<()>>,
 }
 
 pub enum GaugesMsg {
@@ -49,19 +47,16 @@ impl Actor for Gauges {
         _myself: ActorRef<Self::Msg>,
         args: GaugesArgs,
     ) -> Result<GaugesState, ActorProcessingErr> {
-        Ok(GaugesState {
-            args,
-            store: None,
-            tick: None,
-        })
+        Ok(GaugesState { args, store: None })
     }
 
     async fn post_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        state: &mut GaugesState,
+        _state: &mut GaugesState,
     ) -> Result<(), ActorProcessingErr> {
-        state.tick = Some(myself.send_interval(INTERVAL, || GaugesMsg::Refresh));
+        // The interval task ends by itself once this actor has stopped.
+        myself.send_interval(INTERVAL, || GaugesMsg::Refresh);
         myself.cast(GaugesMsg::Refresh)?;
         Ok(())
     }
@@ -71,9 +66,6 @@ impl Actor for Gauges {
         _myself: ActorRef<Self::Msg>,
         state: &mut GaugesState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(tick) = state.tick.take() {
-            tick.abort();
-        }
         if let Some(store) = state.store.take() {
             let _ = store.close().await;
         }

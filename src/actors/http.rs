@@ -21,9 +21,9 @@ use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::json;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::supervisor::NamedActor;
-use super::task::AbortOnDrop;
 use crate::health::Health;
 
 #[derive(Default)]
@@ -41,7 +41,7 @@ pub struct HttpArgs {
 }
 
 pub struct HttpState {
-    _server: AbortOnDrop,
+    _server: AbortOnDropHandle<()>,
 }
 
 /// No messages: the server task does the work; the actor owns it and its lifetime.
@@ -81,7 +81,7 @@ impl Actor for Http {
             }
         });
         Ok(HttpState {
-            _server: AbortOnDrop(server),
+            _server: AbortOnDropHandle::new(server),
         })
     }
 

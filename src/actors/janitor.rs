@@ -13,22 +13,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::ports::Clock;
 
-/// Finished rows deleted per transaction: about 6.5 ms of the writer on the development machine
-/// when their keys are scattered over the indexes, as real ids are (1,000 held firing up to
-/// 40 ms behind a batch).
+/// Finished rows deleted per transaction: small enough that firing never waits long behind a
+/// batch when their keys are scattered over the indexes, as real ids are.
 pub const BATCH: usize = 100;
 /// Between two batches of a sweep: the writer is the Poller's and the CommandHandler's first,
-/// and the disk too. A deleted row writes about 10 KB of WAL (it touches pages all over the
-/// primary key and the correlation index); 10 ms here (about 6,000 rows/s, 60 MB/s of WAL) made
-/// the checkpoints that copy it into the file delay commits by up to 300 ms. At about
-/// 2,000 rows/s, twice what a service firing 1,000 timers/s leaves behind.
+/// and the disk too. A deleted row writes much WAL (it touches pages all over the primary key
+/// and the correlation index), and a shorter pause let checkpoints delay commits; this pace
+/// still deletes about twice what a service firing 1,000 timers/s leaves behind.
 pub const PAUSE: Duration = Duration::from_millis(40);
 /// Time between sweeps.
 pub const INTERVAL: Duration = Duration::from_secs(60);
@@ -50,7 +47,6 @@ pub struct JanitorArgs {
 
 pub struct JanitorState {
     args: JanitorArgs,
-    tick: Option<JoinHandle<()>>,
     /// Rows deleted in the sweep under way.
     swept: u64,
     /// A sweep is under way (its next batch is planned): the interval starts no second one,
@@ -77,7 +73,6 @@ impl Actor for Janitor {
     ) -> Result<JanitorState, ActorProcessingErr> {
         Ok(JanitorState {
             args,
-            tick: None,
             swept: 0,
             sweeping: false,
         })
@@ -95,19 +90,9 @@ impl Actor for Janitor {
             );
             return Ok(());
         }
-        state.tick = Some(myself.send_interval(INTERVAL, || JanitorMsg::Sweep));
+        // The interval task ends by itself once this actor has stopped.
+        myself.send_interval(INTERVAL, || JanitorMsg::Sweep);
         myself.cast(JanitorMsg::Sweep)?;
-        Ok(())
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut JanitorState,
-    ) -> Result<(), ActorProcessingErr> {
-        if let Some(tick) = state.tick.take() {
-            tick.abort();
-        }
         Ok(())
     }
 

@@ -18,7 +18,6 @@ pub mod persistence;
 pub mod poller;
 pub mod registry;
 pub mod supervisor;
-pub mod task;
 
 pub use api_responder::ApiResponder;
 pub use checkpointer::Checkpointer;

@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use ractor::concurrency::{JoinHandle, OneshotReceiver};
+use ractor::concurrency::OneshotReceiver;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot::error::TryRecvError;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::registry::Registry;
 use super::supervisor::NamedActor;
@@ -35,9 +36,8 @@ use crate::domain::events::{due_message_id, due_time_reached};
 use crate::domain::{DuePosition, DueTimer, Subjects};
 use crate::ports::{Clock, EventBus, OutgoingEvent};
 
-/// Timers one claim takes at least. A claim costs about a millisecond whatever its size, so one
-/// claim per batch of 100 (the default `batch_size`) made claims the limit: fire at batch 100
-/// was 70% of that at 5,000.
+/// Timers one claim takes at least. A claim's cost is mostly fixed, whatever its size, so one
+/// claim per small batch would make claims the limit.
 pub const CLAIM_AT_LEAST: usize = 5_000;
 
 /// Timers one claim takes: whole batches, at least [`CLAIM_AT_LEAST`].
@@ -74,12 +74,12 @@ pub struct PollerArgs {
     pub polling_interval: Duration,
 }
 
-/// The timer task that delivers a planned wake-up; aborted when a new plan replaces it.
-type WakeTask = JoinHandle<Result<(), ractor::MessagingErr<PollerMsg>>>;
+/// The timer task that delivers a planned wake-up; aborted when a new plan replaces it (or the
+/// actor ends).
+type WakeTask = AbortOnDropHandle<Result<(), ractor::MessagingErr<PollerMsg>>>;
 
 pub struct PollerState {
     args: PollerArgs,
-    tick: Option<JoinHandle<()>>,
     /// The pending wake-up: when, and the timer task that will deliver it.
     wake: Option<(DateTime<Utc>, WakeTask)>,
     /// Publishing batches, oldest first: each yields its outcome when the broker has answered.
@@ -137,7 +137,6 @@ impl Actor for Poller {
     ) -> Result<PollerState, ActorProcessingErr> {
         Ok(PollerState {
             args,
-            tick: None,
             wake: None,
             in_flight: VecDeque::new(),
             cursor: None,
@@ -154,7 +153,8 @@ impl Actor for Poller {
         myself: ActorRef<Self::Msg>,
         state: &mut PollerState,
     ) -> Result<(), ActorProcessingErr> {
-        state.tick = Some(myself.send_interval(state.args.polling_interval, || PollerMsg::Tick));
+        // The interval task ends by itself once this actor has stopped.
+        myself.send_interval(state.args.polling_interval, || PollerMsg::Tick);
         // Whatever became due while the daemon was down fires now.
         myself.cast(PollerMsg::Wake)?;
         Ok(())
@@ -167,12 +167,7 @@ impl Actor for Poller {
         myself: ActorRef<Self::Msg>,
         state: &mut PollerState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(tick) = state.tick.take() {
-            tick.abort();
-        }
-        if let Some((_, wake)) = state.wake.take() {
-            wake.abort();
-        }
+        state.wake = None;
         // One deadline for them all: each batch's own wait is bounded too, but a hundred of
         // them one after another would not be.
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
@@ -250,14 +245,12 @@ impl Actor for Poller {
 
 /// Arranges the next wake-up at `at` (now, if `at` has passed), replacing any other.
 fn wake_at(myself: &ActorRef<PollerMsg>, state: &mut PollerState, at: DateTime<Utc>) {
-    if let Some((_, previous)) = state.wake.take() {
-        previous.abort();
-    }
     let delay = (at - state.args.clock.now())
         .to_std()
         .unwrap_or(Duration::ZERO);
     let task = myself.send_after(delay, || PollerMsg::Wake);
-    state.wake = Some((at, task));
+    // Replacing the plan drops (and so aborts) the previous wake-up.
+    state.wake = Some((at, AbortOnDropHandle::new(task)));
 }
 
 /// Pauses new batches after a failed round, backing off while failures repeat.
@@ -335,11 +328,7 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
             // Nothing more is due now: sleep until the next timer is.
             match batch.next_due_at {
                 Some(at) => wake_at(myself, state, at),
-                None => {
-                    if let Some((_, wake)) = state.wake.take() {
-                        wake.abort();
-                    }
-                }
+                None => state.wake = None,
             }
             return;
         }

@@ -6,6 +6,7 @@ pub mod envelope;
 pub mod events;
 pub mod order;
 pub mod subjects;
+pub mod tenant;
 pub mod timer;
 pub mod timestamp;
 

@@ -25,14 +25,6 @@ impl CommandKind {
             CommandKind::Cancel => "cancel",
         }
     }
-
-    /// The envelope `type` a command on this subject must carry.
-    pub fn message_type(self) -> &'static str {
-        match self {
-            CommandKind::Schedule => super::command::SCHEDULE_TIMER,
-            CommandKind::Cancel => super::command::CANCEL_TIMER,
-        }
-    }
 }
 
 /// The subjects of one deployment.

@@ -25,9 +25,8 @@ const REQUEST_EXPIRES_AT_LEAST: Duration = Duration::from_millis(250);
 /// While the broker reports more commands pending, how long to wait for the next one to fill
 /// the batch. They are already on their way, so this is only a guard against a stalled server.
 const FILL_WAIT: Duration = Duration::from_millis(20);
-/// Commands one pull request asks for, at least: with the default `batch_size` of 100, one
-/// request per batch made the broker's round trip the limit (ingest at batch 100 was a third
-/// of that at 5,000). The broker stops at the consumer's `max_ack_pending` anyway.
+/// Commands one pull request asks for, at least: one request per small batch would make the
+/// broker's round trip the limit. The broker stops at the consumer's `max_ack_pending` anyway.
 pub const REQUEST_AT_LEAST: usize = 4_000;
 
 pub struct JetStreamCommandSource {

@@ -175,6 +175,21 @@ fn has_auth(settings: &NatsSettings) -> bool {
         || settings.token.is_some()
 }
 
+/// The servers of `url` and the options that authenticate and secure a connection to them:
+/// what the daemon's connection and the CLI's share. Credentials written in the URL are used
+/// only when `settings` names no way to authenticate.
+pub async fn connect_options(
+    url: &str,
+    settings: &NatsSettings,
+) -> Result<(Vec<async_nats::ServerAddr>, ConnectOptions), ConnectError> {
+    let (servers, url_credentials) = broker_servers(url)?;
+    let mut options = authenticated(settings).await?;
+    if let Some(credentials) = url_credentials.filter(|_| !has_auth(settings)) {
+        options = credentials.apply(options);
+    }
+    Ok((servers, options))
+}
+
 /// Starts connecting to `url`; returns at once, the connection is made in the background.
 /// Fails only when the URL or an authentication file is unusable. The connection's state is
 /// kept in `health`; `name` is how the server lists the connection.
@@ -184,11 +199,7 @@ pub async fn connect(
     name: &str,
     health: Health,
 ) -> Result<Client, ConnectError> {
-    let (servers, url_credentials) = broker_servers(url)?;
-    let mut options = authenticated(settings).await?;
-    if let Some(credentials) = url_credentials.filter(|_| !has_auth(settings)) {
-        options = credentials.apply(options);
-    }
+    let (servers, options) = connect_options(url, settings).await?;
     options
         .name(format!("timer-service {name}"))
         .retry_on_initial_connect()

@@ -1,8 +1,5 @@
-//! `EventBus` port: how events leave the service. The JetStream adapter ships; the in-memory one
-//! serves unit tests of the actors.
-
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+//! `EventBus` port: how events leave the service. The JetStream adapter ships; an in-memory
+//! one for the actors' tests lives with the tests (`tests/common/doubles.rs`).
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -26,56 +23,4 @@ pub trait EventBus: Send + Sync + 'static {
     /// Publishes every event and waits until the broker has stored each (or refused it).
     /// Returns one result per event, in order: only `Ok` means "durably published".
     async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>>;
-}
-
-/// Keeps published events in memory; can be told to refuse publishes, as a broker outage would.
-#[derive(Debug, Default)]
-pub struct InMemoryEventBus {
-    published: Mutex<Vec<OutgoingEvent>>,
-    refusing: AtomicBool,
-    offered: AtomicUsize,
-}
-
-impl InMemoryEventBus {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub fn published(&self) -> Vec<OutgoingEvent> {
-        self.published
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Events offered to the bus so far, refused ones included.
-    pub fn offered(&self) -> usize {
-        self.offered.load(Ordering::SeqCst)
-    }
-
-    /// While `true`, every publish fails.
-    pub fn set_refusing(&self, refusing: bool) {
-        self.refusing.store(refusing, Ordering::SeqCst);
-    }
-}
-
-#[async_trait]
-impl EventBus for InMemoryEventBus {
-    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
-        self.offered.fetch_add(events.len(), Ordering::SeqCst);
-        if self.refusing.load(Ordering::SeqCst) {
-            return events
-                .iter()
-                .map(|_| Err(BusError("broker unavailable".into())))
-                .collect();
-        }
-        let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
-        events
-            .into_iter()
-            .map(|event| {
-                published.push(event);
-                Ok(())
-            })
-            .collect()
-    }
 }

@@ -6,6 +6,6 @@ pub mod command_source;
 pub mod event_bus;
 
 pub use api::{ApiReply, ApiRequest, ApiServer, CommandPublisher};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, SystemClock};
 pub use command_source::{CommandSource, CommandSourceFactory, Delivery, InboundCommand};
-pub use event_bus::{BusError, EventBus, InMemoryEventBus, OutgoingEvent};
+pub use event_bus::{BusError, EventBus, OutgoingEvent};

@@ -4,12 +4,15 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod database;
+pub mod doubles;
 pub mod nats_cluster;
 mod nats_server;
 pub mod pki;
 mod small_disk;
+mod support;
 pub use nats_server::{NatsServer, free_port};
 pub use small_disk::SmallDisk;
+pub use support::{http_get, metric, millis, rfc3339};
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -17,7 +20,7 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use timer_service::Config;
@@ -202,15 +205,6 @@ impl Drop for DaemonProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `t` truncated to the millisecond, as the service stores an instant given at that precision.
-pub fn millis(t: DateTime<Utc>) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(t.timestamp_millis()).expect("in range")
-}
-
-pub fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// A ScheduleTimer envelope, as a client writes it.
@@ -608,8 +602,13 @@ pub fn cancel_at(
     }
 }
 
-/// Rows of the database by state, read on a connection of the test's own.
-pub async fn rows_by_state(database: &DatabaseTarget) -> std::collections::BTreeMap<String, i64> {
+/// The rows `sql` selects, each turned into a `T` by `map`, read on a connection of the test's
+/// own.
+pub async fn query_rows<T>(
+    database: &DatabaseTarget,
+    sql: &str,
+    map: impl Fn(&sea_orm::QueryResult) -> T,
+) -> Vec<T> {
     use sea_orm::{ConnectionTrait, Statement};
     let db = timer_service::storage::db::connect(database, 1)
         .await
@@ -617,42 +616,28 @@ pub async fn rows_by_state(database: &DatabaseTarget) -> std::collections::BTree
     let rows = db
         .query_all_raw(Statement::from_string(
             db.get_database_backend(),
-            "SELECT state, COUNT(*) FROM timer_schedules GROUP BY state",
+            sql.to_owned(),
         ))
         .await
-        .expect("count rows");
-    let counts = rows
-        .iter()
-        .map(|row| {
+        .expect("read the rows");
+    let out = rows.iter().map(map).collect();
+    db.close().await.expect("close");
+    out
+}
+
+/// Rows of the database by state, read on a connection of the test's own.
+pub async fn rows_by_state(database: &DatabaseTarget) -> std::collections::BTreeMap<String, i64> {
+    query_rows(
+        database,
+        "SELECT state, COUNT(*) FROM timer_schedules GROUP BY state",
+        |row| {
             (
                 row.try_get_by_index::<String>(0).expect("state"),
                 row.try_get_by_index::<i64>(1).expect("count"),
             )
-        })
-        .collect();
-    db.close().await.expect("close");
-    counts
-}
-
-/// A plain HTTP/1.1 GET: the status code and the body, or `None` when nothing answers.
-pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let status = response.split(' ').nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((status, body))
-}
-
-/// The value of one series in a Prometheus text exposition (`name{labels}` as written there,
-/// labels in the exporter's order), if present.
-pub fn metric(exposition: &str, series: &str) -> Option<f64> {
-    exposition.lines().find_map(|line| {
-        let (name, value) = line.rsplit_once(' ')?;
-        (name == series).then(|| value.parse().ok())?
-    })
+        },
+    )
+    .await
+    .into_iter()
+    .collect()
 }

@@ -136,20 +136,10 @@ pub async fn read_event_stream(js: &jetstream::Context) -> Vec<Seen> {
 
 /// Every row of `timer_schedules`, read on a connection of the test's own.
 pub async fn read_rows(database: &DatabaseTarget) -> Vec<Row> {
-    use sea_orm::{ConnectionTrait, Statement};
-    let db = timer_service::storage::db::connect(database, 1)
-        .await
-        .expect("open the database");
-    let rows = db
-        .query_all_raw(Statement::from_string(
-            db.get_database_backend(),
-            "SELECT tenant_id, service_call_id, state, CAST(due_at AS TEXT) FROM timer_schedules",
-        ))
-        .await
-        .expect("read the rows");
-    let rows = rows
-        .iter()
-        .map(|row| {
+    crate::common::query_rows(
+        database,
+        "SELECT tenant_id, service_call_id, state, CAST(due_at AS TEXT) FROM timer_schedules",
+        |row| {
             let text = |i| row.try_get_by_index::<Option<String>>(i).expect("a column");
             Row {
                 key: Key {
@@ -159,10 +149,9 @@ pub async fn read_rows(database: &DatabaseTarget) -> Vec<Row> {
                 state: text(2).unwrap_or_default(),
                 due_at: text(3).as_deref().and_then(parse_instant),
             }
-        })
-        .collect();
-    db.close().await.expect("close");
-    rows
+        },
+    )
+    .await
 }
 
 /// An instant as either backend writes it as text.

@@ -1,0 +1,53 @@
+//! Refused commands: each is reported on the rejection subject of its tenant, then terminated
+//! on the broker so that it is never redelivered.
+
+use futures::future::join_all;
+
+use super::CommandHandlerArgs;
+use crate::domain::Rejection;
+use crate::domain::events::{rejection_message_id, timer_command_rejected};
+use crate::ports::{InboundCommand, OutgoingEvent};
+
+/// Reports each refused command on the rejection subject, then terminates it on the broker.
+pub(super) async fn reject(
+    args: &CommandHandlerArgs,
+    rejected: Vec<(InboundCommand, Rejection, u64)>,
+) {
+    let now = args.clock.now();
+    let mut events = Vec::with_capacity(rejected.len());
+    for (command, rejection, order) in &rejected {
+        tracing::warn!(actor = "command_handler", tenant_id = %rejection.tenant_id,
+            subject = %command.subject, sequence = command.sequence, reason = %rejection.reason,
+            "command rejected");
+        let envelope = timer_command_rejected(
+            &rejection.tenant_id,
+            &rejection.reason,
+            &command.subject,
+            &command.payload,
+            now,
+        );
+        match serde_json::to_vec(&envelope) {
+            Ok(payload) => events.push(OutgoingEvent {
+                subject: args.subjects.rejected(&rejection.tenant_id),
+                message_id: rejection_message_id(*order),
+                payload: payload.into(),
+            }),
+            Err(e) => tracing::error!(actor = "command_handler", error = %e,
+                "cannot encode a rejection event"),
+        }
+    }
+    for result in args.bus.publish_all(events).await {
+        if let Err(e) = result {
+            tracing::error!(actor = "command_handler", error = %e,
+                "rejection event not published; the rejection stays in this log only");
+        }
+    }
+    join_all(
+        rejected
+            .iter()
+            .map(|(command, _, _)| command.delivery.term()),
+    )
+    .await;
+    metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "rejected")
+        .increment(rejected.len() as u64);
+}

@@ -1,0 +1,410 @@
+//! Configuration: defaults, then `config.toml`, then the environment (CONTRACT.md §2, §7).
+//!
+//! Every key can be set by environment: `TIMER_<KEY>` for a top-level key, `TIMER_<SECTION>_<KEY>`
+//! for a key in a section (`[http] listen` → `TIMER_HTTP_LISTEN`); the four seed names
+//! (`TIMER_BROKER_URL`, `TIMER_DB_PATH`, `TIMER_POLLING_INTERVAL`, `TIMER_BATCH_SIZE`) are
+//! such top-level keys. Durations are text (`500ms`, `30s`, `15m`, `7d`); a bare number is read
+//! as milliseconds, as the seed's `polling_interval = 5000` always was. An unknown key or a bad
+//! value stops start-up with an error naming the key and where it came from.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::Subjects;
+use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
+use crate::nats::BrokerNames;
+use crate::storage::SqliteSettings;
+
+pub mod duration;
+mod env;
+pub mod redact;
+mod validate;
+
+use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
+pub use redact::{Secret, redact_url};
+use validate::check_name;
+
+/// Prefix of every environment variable the service reads.
+pub const ENV_PREFIX: &str = "TIMER_";
+
+/// Something in the configuration worth an operator's attention that does not stop start-up.
+/// Loading happens before logging is set up, so these are handed back to be logged after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigWarning {
+    /// An environment variable that starts with `TIMER_` but names no setting: ignored, since
+    /// the environment is not only ours (Kubernetes injects `TIMER_SERVICE_HOST`, `TIMER_PORT`…
+    /// for a Service named `timer`). Only its name is kept, never its value.
+    UnknownVariable(String),
+}
+
+impl ConfigWarning {
+    /// Logs the warning (once logging is set up).
+    pub fn log(&self) {
+        match self {
+            Self::UnknownVariable(variable) => tracing::warn!(
+                variable = %variable,
+                "environment variable names no setting; ignored"
+            ),
+        }
+    }
+}
+
+/// A configuration and what was noticed while loading it.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<ConfigWarning>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Load(String),
+    #[error("setting {setting} ({origin}): {message}")]
+    Invalid {
+        setting: String,
+        /// Where the value came from: the file, an environment variable, or the default.
+        origin: String,
+        message: String,
+    },
+}
+
+/// Everything the daemon can be told. Its `Debug` shows the URLs redacted and no password or
+/// token (see [`redact`]), so a `Config` logged with `{:?}` gives no secret away.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub broker_url: String,
+    pub db_path: PathBuf,
+    /// `postgres://…` to keep timers in PostgreSQL instead of the SQLite file.
+    pub database_url: Option<String>,
+    /// Safety-net polling period. Firing precision comes from exact wake-ups, not from this.
+    #[serde(with = "duration")]
+    pub polling_interval: Duration,
+    /// Most commands pulled per request, and most timers claimed per firing round.
+    pub batch_size: usize,
+    /// Largest command accepted; bigger ones are rejected.
+    pub max_command_bytes: usize,
+    /// This daemon's name: in its logs and metrics, and on the timers it claims for firing.
+    /// Keep it stable across restarts (a restarted daemon resumes its own claims at once) and
+    /// unique among daemons sharing a database.
+    pub name: String,
+    /// How long a claim on a due timer holds: after a daemon dies, others fire its claimed
+    /// timers once this has passed.
+    #[serde(with = "duration")]
+    pub claim_lease: Duration,
+    pub nats: NatsSettings,
+    pub sqlite: SqliteSettings,
+    pub supervisor: SupervisorSettings,
+    pub http: HttpSettings,
+    pub log: LogSettings,
+    pub retention: RetentionSettings,
+}
+
+/// `[nats]`: names of the broker objects and subjects, stream settings, authentication.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsSettings {
+    pub command_stream: String,
+    pub consumer: String,
+    pub event_stream: String,
+    pub command_subject_prefix: String,
+    pub event_subject_prefix: String,
+    pub api_subject_prefix: String,
+    /// API replies go only to subjects under this prefix (clients' inboxes), so a request cannot
+    /// make the service publish on a subject its sender may not publish on.
+    pub inbox_prefix: String,
+    /// `max_age` of the event stream when the service creates it; zero keeps events forever.
+    #[serde(with = "duration")]
+    pub event_max_age: Duration,
+    /// Replicas of the streams the service creates (3 on a NATS cluster).
+    pub replicas: usize,
+    /// A `.creds` file (JWT and nkey seed), for a server with decentralised auth.
+    pub credentials: Option<PathBuf>,
+    /// A file holding an nkey seed (`SU…`).
+    pub nkey_seed: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password: Option<Secret>,
+    pub token: Option<Secret>,
+    /// CA certificate(s) to trust the server's certificate with (PEM); implies TLS.
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate and key (PEM) for mutual TLS.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+}
+
+/// How the Supervisor restarts failed children.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SupervisorSettings {
+    /// More restarts than this within `restart_window` stop the daemon.
+    pub max_restarts: usize,
+    #[serde(with = "duration", alias = "restart_window_ms")]
+    pub restart_window: Duration,
+    /// First restart delay; doubled per recent restart, capped at `max_backoff`.
+    #[serde(with = "duration", alias = "min_backoff_ms")]
+    pub min_backoff: Duration,
+    #[serde(with = "duration", alias = "max_backoff_ms")]
+    pub max_backoff: Duration,
+}
+
+/// `[http]`: metrics, health and readiness.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpSettings {
+    /// Address to listen on; empty to serve no HTTP at all.
+    pub listen: String,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// `[retention]`: how long finished timers are kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionSettings {
+    /// `Reached` and `Cancelled` rows older than this are deleted; zero keeps them forever.
+    #[serde(with = "duration")]
+    pub keep_finished: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Taken apart field by field, so that a new field cannot be left out unnoticed.
+        let Self {
+            broker_url,
+            db_path,
+            database_url,
+            polling_interval,
+            batch_size,
+            max_command_bytes,
+            name,
+            claim_lease,
+            nats,
+            sqlite,
+            supervisor,
+            http,
+            log,
+            retention,
+        } = self;
+        f.debug_struct("Config")
+            .field("broker_url", &redact_url(broker_url))
+            .field("db_path", db_path)
+            .field("database_url", &database_url.as_deref().map(redact_url))
+            .field("polling_interval", polling_interval)
+            .field("batch_size", batch_size)
+            .field("max_command_bytes", max_command_bytes)
+            .field("name", name)
+            .field("claim_lease", claim_lease)
+            .field("nats", nats)
+            .field("sqlite", sqlite)
+            .field("supervisor", supervisor)
+            .field("http", http)
+            .field("log", log)
+            .field("retention", retention)
+            .finish()
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            broker_url: "nats://127.0.0.1:4222".into(),
+            db_path: PathBuf::from("./event_service.db"),
+            database_url: None,
+            polling_interval: Duration::from_millis(5000),
+            batch_size: 100,
+            max_command_bytes: 64 * 1024,
+            name: host_name(),
+            claim_lease: Duration::from_secs(30),
+            nats: NatsSettings::default(),
+            sqlite: SqliteSettings::default(),
+            supervisor: SupervisorSettings::default(),
+            http: HttpSettings::default(),
+            log: LogSettings::default(),
+            retention: RetentionSettings::default(),
+        }
+    }
+}
+
+impl Default for NatsSettings {
+    fn default() -> Self {
+        let names = BrokerNames::default();
+        Self {
+            command_stream: names.command_stream,
+            consumer: names.consumer,
+            event_stream: names.event_stream,
+            command_subject_prefix: DEFAULT_COMMAND_PREFIX.into(),
+            event_subject_prefix: DEFAULT_EVENT_PREFIX.into(),
+            api_subject_prefix: DEFAULT_API_PREFIX.into(),
+            inbox_prefix: crate::nats::api_service::DEFAULT_INBOX_PREFIX.into(),
+            event_max_age: Duration::from_secs(7 * 24 * 3600),
+            replicas: 1,
+            credentials: None,
+            nkey_seed: None,
+            user: None,
+            password: None,
+            token: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+        }
+    }
+}
+
+impl Default for SupervisorSettings {
+    fn default() -> Self {
+        Self {
+            max_restarts: 5,
+            restart_window: Duration::from_secs(60),
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9464".into(),
+        }
+    }
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+        }
+    }
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            keep_finished: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// The machine's host name, the default daemon name; `timer-service` when it cannot be read.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| check_name(name).is_ok())
+        .unwrap_or_else(|| "timer-service".into())
+}
+
+impl Config {
+    /// Reads `path` (defaults when it does not exist), then the process environment. An
+    /// environment variable that names no setting is left out and reported as a warning.
+    pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+        // serde stops at the first unknown field, so each unknown variable found is left out
+        // and the rest read again: at most one pass per `TIMER_*` variable.
+        let mut ignored: Vec<String> = Vec::new();
+        let (figment, config) = loop {
+            let skip = ignored.clone();
+            // Keys left out take their serde defaults (`Config::default()`), so an old key name
+            // (`busy_timeout_ms`) in a file never meets a default of its new name.
+            let env = Env::prefixed(ENV_PREFIX)
+                .map(env_key)
+                .filter(move |key| !skip.iter().any(|k| key == k.as_str()));
+            let figment = Figment::new()
+                .merge(Toml::file(path))
+                .merge(env.clone().filter(|key| !is_text_setting(key)))
+                .merge(EnvText(env.filter(is_text_setting)));
+            match figment.extract::<Config>() {
+                Ok(config) => break (figment, config),
+                Err(e) => match unknown_env_key(&e) {
+                    Some(key) if !ignored.contains(&key) => ignored.push(key),
+                    _ => return Err(ConfigError::Load(describe(e))),
+                },
+            }
+        };
+        config.validate().map_err(|(setting, message)| {
+            let source = match figment.find_metadata(setting) {
+                Some(m) if m.name.contains("environment") => format!(
+                    "{ENV_PREFIX}{}",
+                    setting.replace('.', "_").to_ascii_uppercase()
+                ),
+                Some(m) => m
+                    .source
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| m.name.to_string()),
+                None => "default".into(),
+            };
+            ConfigError::Invalid {
+                setting: setting.to_owned(),
+                origin: source,
+                message,
+            }
+        })?;
+        let warnings = ignored
+            .iter()
+            .map(|key| ConfigWarning::UnknownVariable(env_variable(key)))
+            .collect();
+        Ok(Loaded { config, warnings })
+    }
+
+    /// Where the timers are kept: PostgreSQL when `database_url` is set, else the SQLite file.
+    pub fn database(&self) -> crate::storage::db::DatabaseTarget {
+        use crate::storage::db::DatabaseTarget;
+        match &self.database_url {
+            Some(url) => DatabaseTarget::Postgres { url: url.clone() },
+            None => DatabaseTarget::Sqlite {
+                path: self.db_path.clone(),
+                settings: self.sqlite.clone(),
+            },
+        }
+    }
+
+    /// The subjects of this deployment.
+    pub fn subjects(&self) -> Subjects {
+        Subjects::new(
+            &self.nats.command_subject_prefix,
+            &self.nats.event_subject_prefix,
+            &self.nats.api_subject_prefix,
+        )
+    }
+
+    /// The broker objects of this deployment, as the NATS adapter needs them.
+    pub fn broker_names(&self) -> BrokerNames {
+        BrokerNames {
+            command_stream: self.nats.command_stream.clone(),
+            consumer: self.nats.consumer.clone(),
+            event_stream: self.nats.event_stream.clone(),
+            subjects: self.subjects(),
+            event_max_age: self.nats.event_max_age,
+            replicas: self.nats.replicas,
+        }
+    }
+
+    /// The HTTP address, or `None` when HTTP is turned off.
+    pub fn http_listen(&self) -> Option<SocketAddr> {
+        self.http.listen.trim().parse().ok()
+    }
+}
+
+#[cfg(test)]
+// figment's `Jail` closures return its own (large) error type.
+#[allow(clippy::result_large_err)]
+mod tests;

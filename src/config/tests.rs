@@ -1,0 +1,248 @@
+use super::*;
+use figment::Jail;
+
+/// A config file (if any), environment variables, and words the error must contain.
+type Case<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)], &'a [&'a str]);
+
+fn load_in(jail: &Jail) -> Result<Config, String> {
+    Config::load(&jail.directory().join("config.toml"))
+        .map(|loaded| loaded.config)
+        .map_err(|e| e.to_string())
+}
+
+/// Loads each case in a jail of its own and checks that the error names every expected word.
+fn expect_errors(cases: &[Case]) {
+    for (file, env, expected) in cases {
+        Jail::expect_with(|jail| {
+            if let Some(text) = file {
+                jail.create_file("config.toml", text)?;
+            }
+            for (key, value) in *env {
+                jail.set_env(key, value);
+            }
+            let error = load_in(jail).unwrap_err();
+            for word in *expected {
+                assert!(error.contains(word), "{word:?} missing in: {error}");
+            }
+            Ok(())
+        });
+    }
+}
+
+/// What Kubernetes puts in the environment of every pod next to a Service named `timer`.
+const KUBERNETES_SERVICE_VARIABLES: &[(&str, &str)] = &[
+    ("TIMER_SERVICE_HOST", "10.96.0.12"),
+    ("TIMER_SERVICE_PORT", "4222"),
+    ("TIMER_PORT", "tcp://10.96.0.12:4222"),
+    ("TIMER_PORT_4222_TCP", "tcp://10.96.0.12:4222"),
+    ("TIMER_PORT_4222_TCP_PROTO", "tcp"),
+    ("TIMER_PORT_4222_TCP_PORT", "4222"),
+    ("TIMER_PORT_4222_TCP_ADDR", "10.96.0.12"),
+];
+
+#[test]
+fn unknown_environment_variables_are_ignored_and_reported_by_name() {
+    Jail::expect_with(|jail| {
+        for (key, value) in KUBERNETES_SERVICE_VARIABLES {
+            jail.set_env(key, value);
+        }
+        jail.set_env("TIMER_NATS_COLOUR", "blue");
+        jail.set_env("TIMER_BATCH_SIZE", "9");
+        let loaded = Config::load(&jail.directory().join("config.toml")).unwrap();
+        assert_eq!(loaded.config.batch_size, 9);
+        let mut names: Vec<String> = loaded
+            .warnings
+            .iter()
+            .map(|w| match w {
+                ConfigWarning::UnknownVariable(name) => name.clone(),
+            })
+            .collect();
+        names.sort();
+        let mut expected: Vec<String> = KUBERNETES_SERVICE_VARIABLES
+            .iter()
+            .map(|(key, _)| key.to_string())
+            .chain(["TIMER_NATS_COLOUR".to_string()])
+            .collect();
+        expected.sort();
+        assert_eq!(names, expected);
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_variables_beside_an_unknown_file_key_or_a_bad_value_still_fail() {
+    let cases: &[Case] = &[
+        (
+            Some("[nats]\ncolour = \"blue\""),
+            KUBERNETES_SERVICE_VARIABLES,
+            &["nats.colour", "config.toml"],
+        ),
+        (
+            None,
+            &[
+                ("TIMER_SERVICE_HOST", "10.96.0.12"),
+                ("TIMER_BATCH_SIZE", "lots"),
+            ],
+            &["batch_size", "TIMER_BATCH_SIZE"],
+        ),
+    ];
+    expect_errors(cases);
+}
+
+#[test]
+fn missing_file_means_defaults() {
+    Jail::expect_with(|jail| {
+        assert_eq!(load_in(jail).unwrap(), Config::default());
+        Ok(())
+    });
+}
+
+#[test]
+fn the_shipped_config_file_parses_to_the_defaults() {
+    Jail::expect_with(|jail| {
+        jail.create_file("config.toml", include_str!("../../config.toml"))?;
+        let expected = Config {
+            name: Config::default().name, // the host name
+            ..Config::default()
+        };
+        assert_eq!(load_in(jail).unwrap(), expected);
+        Ok(())
+    });
+}
+
+#[test]
+fn every_key_can_be_set_by_environment_over_the_file() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "config.toml",
+            "batch_size = 7\npolling_interval = 1000\n[http]\nlisten = \"0.0.0.0:1\"\n",
+        )?;
+        jail.set_env("TIMER_BATCH_SIZE", "9");
+        jail.set_env("TIMER_POLLING_INTERVAL", "250");
+        jail.set_env("TIMER_DB_PATH", "/tmp/x.db");
+        jail.set_env("TIMER_BROKER_URL", "nats://10.0.0.1:4222");
+        jail.set_env("TIMER_HTTP_LISTEN", "127.0.0.1:9999");
+        jail.set_env("TIMER_NATS_COMMAND_STREAM", "CMDS");
+        jail.set_env("TIMER_RETENTION_KEEP_FINISHED", "2d");
+        jail.set_env("TIMER_SUPERVISOR_MAX_BACKOFF", "7s");
+        jail.set_env("TIMER_CLAIM_LEASE", "45s");
+        let config = load_in(jail).unwrap();
+        assert_eq!(config.batch_size, 9);
+        assert_eq!(config.polling_interval, Duration::from_millis(250));
+        assert_eq!(config.db_path, PathBuf::from("/tmp/x.db"));
+        assert_eq!(config.broker_url, "nats://10.0.0.1:4222");
+        assert_eq!(config.http.listen, "127.0.0.1:9999");
+        assert_eq!(config.nats.command_stream, "CMDS");
+        assert_eq!(
+            config.retention.keep_finished,
+            Duration::from_secs(2 * 86400)
+        );
+        assert_eq!(config.supervisor.max_backoff, Duration::from_secs(7));
+        assert_eq!(config.claim_lease, Duration::from_secs(45));
+        Ok(())
+    });
+}
+
+#[test]
+fn a_logged_config_shows_no_secret() {
+    Jail::expect_with(|jail| {
+        jail.set_env("TIMER_BROKER_URL", "nats://svc:url-secret@nats:4222");
+        jail.set_env(
+            "TIMER_DATABASE_URL",
+            "postgres://app:pg-secret@db/timers?password=pg-query-secret",
+        );
+        jail.set_env("TIMER_NATS_USER", "svc");
+        // All digits, a leading zero: read as the text it is, not as a number.
+        jail.set_env("TIMER_NATS_PASSWORD", "0123456789");
+        let config = load_in(jail).unwrap();
+        assert_eq!(
+            config.nats.password.as_ref().map(Secret::expose),
+            Some("0123456789")
+        );
+        let shown = format!("{config:?}");
+        for secret in ["url-secret", "pg-secret", "pg-query-secret", "0123456789"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("nats://svc:***@nats:4222"), "{shown}");
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.set_env("TIMER_NATS_TOKEN", "token-secret");
+        let shown = format!("{:?}", load_in(jail).unwrap());
+        assert!(!shown.contains("token-secret"), "{shown}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_password_that_is_no_string_is_refused_without_being_shown() {
+    Jail::expect_with(|jail| {
+        jail.create_file("config.toml", "[nats]\nuser = \"svc\"\npassword = 80211\n")?;
+        let error = load_in(jail).unwrap_err();
+        assert!(error.contains("nats.password"), "{error}");
+        assert!(!error.contains("80211"), "{error}");
+        Ok(())
+    });
+}
+
+#[test]
+fn durations_read_as_text_or_milliseconds_and_the_old_ms_keys_still_work() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "config.toml",
+            "polling_interval = \"2s\"\n[supervisor]\nrestart_window_ms = 1500\n[retention]\nkeep_finished = \"0\"\n[sqlite]\nbusy_timeout_ms = 250\n",
+        )?;
+        let config = load_in(jail).unwrap();
+        assert_eq!(config.polling_interval, Duration::from_secs(2));
+        assert_eq!(
+            config.supervisor.restart_window,
+            Duration::from_millis(1500)
+        );
+        assert_eq!(config.retention.keep_finished, Duration::ZERO);
+        assert_eq!(config.sqlite.busy_timeout, Duration::from_millis(250));
+        Ok(())
+    });
+}
+
+#[test]
+fn a_bad_value_or_unknown_key_names_the_key_and_its_source() {
+    let cases: &[Case] = &[
+        (
+            None,
+            &[("TIMER_BATCH_SIZE", "lots")],
+            &["batch_size", "TIMER_BATCH_SIZE"],
+        ),
+        (Some("batch_size = 0"), &[], &["batch_size", "config.toml"]),
+        (
+            None,
+            &[("TIMER_BATCH_SIZE", "0")],
+            &["batch_size", "TIMER_BATCH_SIZE"],
+        ),
+        (
+            Some("polling_interval = \"soon\""),
+            &[],
+            &["polling_interval", "config.toml"],
+        ),
+        (
+            Some("[sqlite]\nsynchronous = \"SOMETIMES\""),
+            &[],
+            &["synchronous"],
+        ),
+        (
+            Some("no_such_key = 1"),
+            &[],
+            &["no_such_key", "config.toml"],
+        ),
+        (
+            None,
+            &[("TIMER_HTTP_LISTEN", "here")],
+            &["http.listen", "TIMER_HTTP_LISTEN"],
+        ),
+        (
+            None,
+            &[("TIMER_LOG_FORMAT", "xml")],
+            &["format", "TIMER_LOG_FORMAT"],
+        ),
+    ];
+    expect_errors(cases);
+}
