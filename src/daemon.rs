@@ -72,7 +72,7 @@ impl Daemon {
         config: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Daemon, DaemonError> {
-        let database = config.database();
+        let database = crate::storage::db::DatabaseTarget::of(&config);
         tracing::info!(name = %config.name, database = %database.describe(),
             broker_url = %crate::config::redact_url(&config.broker_url), "timer-service starting");
         storage::db::migrate(&database)

@@ -76,7 +76,7 @@ fn main() -> ExitCode {
                 .await
                 .map_err(anyhow::Error::from),
             Command::Migrate => {
-                let database = config.database();
+                let database = timer_service::storage::db::DatabaseTarget::of(&config);
                 timer_service::storage::db::migrate(&database)
                     .await
                     .map(|()| tracing::info!(database = %database.describe(), "database schema is up to date"))

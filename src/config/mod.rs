@@ -18,15 +18,16 @@ use serde::{Deserialize, Serialize};
 use crate::domain::Subjects;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::nats::BrokerNames;
-use crate::storage::SqliteSettings;
 
 pub mod duration;
 mod env;
 pub mod redact;
+mod sqlite;
 mod validate;
 
 use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
 pub use redact::{Secret, redact_url};
+pub use sqlite::{SqliteSettings, Synchronous};
 use validate::check_name;
 
 /// Prefix of every environment variable the service reads.
@@ -254,7 +255,7 @@ impl Default for NatsSettings {
             command_subject_prefix: DEFAULT_COMMAND_PREFIX.into(),
             event_subject_prefix: DEFAULT_EVENT_PREFIX.into(),
             api_subject_prefix: DEFAULT_API_PREFIX.into(),
-            inbox_prefix: crate::nats::api_service::DEFAULT_INBOX_PREFIX.into(),
+            inbox_prefix: crate::domain::subjects::DEFAULT_INBOX_PREFIX.into(),
             event_max_age: Duration::from_secs(7 * 24 * 3600),
             replicas: 1,
             credentials: None,
@@ -363,18 +364,6 @@ impl Config {
             .map(|key| ConfigWarning::UnknownVariable(env_variable(key)))
             .collect();
         Ok(Loaded { config, warnings })
-    }
-
-    /// Where the timers are kept: PostgreSQL when `database_url` is set, else the SQLite file.
-    pub fn database(&self) -> crate::storage::db::DatabaseTarget {
-        use crate::storage::db::DatabaseTarget;
-        match &self.database_url {
-            Some(url) => DatabaseTarget::Postgres { url: url.clone() },
-            None => DatabaseTarget::Sqlite {
-                path: self.db_path.clone(),
-                settings: self.sqlite.clone(),
-            },
-        }
     }
 
     /// The subjects of this deployment.

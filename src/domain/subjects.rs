@@ -7,6 +7,9 @@ pub const DEFAULT_COMMAND_PREFIX: &str = "timer.cmd";
 pub const DEFAULT_EVENT_PREFIX: &str = "timer.evt";
 /// Default prefix of the query and cancel API (`timer.api.<verb>.<tenantId>`).
 pub const DEFAULT_API_PREFIX: &str = "timer.api";
+/// The prefix of the inboxes NATS clients receive replies on, unless they chose another: API
+/// replies go only under it.
+pub const DEFAULT_INBOX_PREFIX: &str = "_INBOX";
 /// Tenant token used on the rejection subject when no tenant could be read from the command.
 pub const UNKNOWN_TENANT: &str = "_";
 

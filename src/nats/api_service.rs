@@ -20,13 +20,13 @@ use futures::{Stream, StreamExt};
 
 use super::streams::{BrokerNames, incarnation};
 use crate::domain::api::{ApiError, Verb};
+#[cfg(test)]
+use crate::domain::subjects::DEFAULT_INBOX_PREFIX;
 use crate::domain::{StreamIncarnation, Subjects};
 use crate::ports::{ApiReply, ApiRequest, ApiServer, BusError, CommandPublisher};
 
 /// The service name in discovery (`nats micro ls`).
 pub const SERVICE_NAME: &str = "timer-service";
-/// The prefix of the inboxes NATS clients receive replies on, unless they chose another.
-pub const DEFAULT_INBOX_PREFIX: &str = "_INBOX";
 /// At most this many bytes of a reason go into the `Nats-Service-Error` header; the JSON body
 /// keeps the whole reason.
 const MAX_HEADER_REASON_BYTES: usize = 512;

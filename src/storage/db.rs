@@ -10,7 +10,6 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use migration::{Migrator, MigratorTrait};
@@ -18,47 +17,8 @@ use sea_orm::sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, SqlxSqliteConnector, Statement};
-use serde::{Deserialize, Serialize};
 
-/// SQLite `synchronous` level.
-///
-/// `Full` is the default: WAL is fsynced at each commit, so a command acknowledged to the broker
-/// survives a power loss, not only a process crash. `Normal` survives `kill -9` and is faster,
-/// but an OS crash can drop the last commits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Synchronous {
-    Off,
-    Normal,
-    #[default]
-    Full,
-    Extra,
-}
-
-impl FromStr for Synchronous {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_uppercase().as_str() {
-            "OFF" => Ok(Self::Off),
-            "NORMAL" => Ok(Self::Normal),
-            "FULL" => Ok(Self::Full),
-            "EXTRA" => Ok(Self::Extra),
-            other => Err(format!("{other:?} is not one of OFF, NORMAL, FULL, EXTRA")),
-        }
-    }
-}
-
-impl Synchronous {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Off => "OFF",
-            Self::Normal => "NORMAL",
-            Self::Full => "FULL",
-            Self::Extra => "EXTRA",
-        }
-    }
-}
+pub use crate::config::{SqliteSettings, Synchronous};
 
 impl From<Synchronous> for SqliteSynchronous {
     fn from(s: Synchronous) -> Self {
@@ -67,28 +27,6 @@ impl From<Synchronous> for SqliteSynchronous {
             Synchronous::Normal => SqliteSynchronous::Normal,
             Synchronous::Full => SqliteSynchronous::Full,
             Synchronous::Extra => SqliteSynchronous::Extra,
-        }
-    }
-}
-
-/// SQLite tuning the operator may set (`[sqlite]` in `config.toml`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SqliteSettings {
-    pub synchronous: Synchronous,
-    /// How long a statement waits on a database locked by another process.
-    #[serde(with = "crate::config::duration", alias = "busy_timeout_ms")]
-    pub busy_timeout: Duration,
-    /// Page cache size in KiB (SQLite `cache_size = -N`).
-    pub cache_kib: u32,
-}
-
-impl Default for SqliteSettings {
-    fn default() -> Self {
-        Self {
-            synchronous: Synchronous::Full,
-            busy_timeout: Duration::from_secs(5),
-            cache_kib: 65_536,
         }
     }
 }
@@ -175,6 +113,18 @@ pub enum DatabaseTarget {
 }
 
 impl DatabaseTarget {
+    /// Where `config` keeps the timers: PostgreSQL when `database_url` is set, else the
+    /// SQLite file.
+    pub fn of(config: &crate::config::Config) -> Self {
+        match &config.database_url {
+            Some(url) => Self::Postgres { url: url.clone() },
+            None => Self::Sqlite {
+                path: config.db_path.clone(),
+                settings: config.sqlite.clone(),
+            },
+        }
+    }
+
     /// The SQLite file at `path` with default settings.
     pub fn sqlite(path: impl Into<PathBuf>) -> Self {
         Self::Sqlite {
