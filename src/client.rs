@@ -1,4 +1,4 @@
-//! A client of the public contract (CONTRACT.md §3, §6): schedules and cancels over the command
+//! A client of the public contract (docs/CONTRACT.md §3, §6): schedules and cancels over the command
 //! subjects, queries over the API. It uses nothing but NATS and the wire format, so it works
 //! against any deployment; the `timer-service timers` CLI and the examples are built on it.
 

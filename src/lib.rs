@@ -1,21 +1,31 @@
 //! timer-service: a durable timer daemon.
 //!
-//! Clients send `ScheduleTimer` over NATS JetStream; the service stores each timer in SQLite and,
-//! when its `dueAt` arrives, publishes `DueTimeReached` — at least once, one timer per
-//! `(tenantId, serviceCallId)`, never early. `CONTRACT.md` of the project is the wire contract.
+//! Clients send `ScheduleTimer` over NATS JetStream; the service stores each timer (SQLite, or
+//! PostgreSQL for several daemons) and, when its `dueAt` arrives, publishes `DueTimeReached` —
+//! at least once, one timer per `(tenantId, serviceCallId)`, never early. `docs/CONTRACT.md`
+//! is the public contract (cited as "docs/CONTRACT.md §n" in the code); `docs/design.md` draws the
+//! actor tree.
 //!
 //! # Layout
 //!
-//! - [`domain`]: messages, validation, upsert rules, subjects and timestamps. No I/O.
+//! - [`domain`]: the rules, no I/O. `command` (parsing and validating commands), `tenant`
+//!   (tenant id rules), `timer` (rows, the rules table as a reference model), `order` (command
+//!   order across stream incarnations), `events` (the envelopes published), `api` (API
+//!   requests and replies), `subjects`, `envelope`, `timestamp`.
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
-//!   [`ports::Clock`] (their test doubles are in `tests/common/doubles.rs`).
-//! - [`nats`]: the JetStream adapter, the only code that speaks to the broker.
-//! - [`storage`]: the store (SeaORM, SQLite or PostgreSQL), the only code that touches the database.
-//! - [`actors`]: Supervisor, Persistence, Checkpointer, CommandHandler and Poller (ractor).
-//! - [`backoff`]: the retry delays.
-//! - [`health`]: what the daemon knows of its own health (broker, database, actors).
+//!   [`ports::Clock`], the API's server and publisher (test doubles: `tests/common/doubles.rs`).
+//! - [`nats`]: the JetStream adapter, the only code that speaks to the broker: `connection`,
+//!   `streams`, `command_source`, `event_bus`, `api_service`.
+//! - [`storage`]: the only code that touches the database. `mod.rs` is the store's face;
+//!   `backend` (the trait where SQLite and PostgreSQL differ) with `sqlite` and `postgres`;
+//!   one module per family of queries: `commands`, `firing`, `queries`, `retention`, `probe`;
+//!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints).
+//! - [`actors`]: the Supervisor and its children — Persistence (with its client), Checkpointer,
+//!   CommandHandler, Poller, ApiResponder, Janitor, Gauges, Http — and the Registry.
+//! - [`config`]: `config.toml` + `TIMER_*` environment overrides (`env`, `validate`,
+//!   `duration`, `redact`, `sqlite`).
+//! - [`backoff`]: the retry delays. [`health`]: what the daemon knows of its own health.
 //! - [`telemetry`]: metric names, the Prometheus recorder, and log formats.
-//! - [`config`]: `config.toml` + `TIMER_*` environment overrides.
 //! - [`client`]: a client of the public contract; [`cli`]: the `timer-service timers` commands.
 //! - [`daemon`]: wiring it all together; [`run`] is what `main` calls.
 

@@ -1,4 +1,4 @@
-//! Metric names (CONTRACT.md §7), the Prometheus recorder behind `/metrics`, and the log
+//! Metric names (docs/CONTRACT.md §7), the Prometheus recorder behind `/metrics`, and the log
 //! formats.
 //!
 //! Metrics are recorded where the work happens, with the `metrics` macros (an atomic add each,

@@ -1,4 +1,4 @@
-//! The query and cancel API (CONTRACT.md §6) and CancelTimer (§3), against a real nats-server
+//! The query and cancel API (docs/CONTRACT.md §6) and CancelTimer (§3), against a real nats-server
 //! and a real SQLite file: tenant scoping, every cancel outcome, the rules table over the wire,
 //! a cancel racing the firing, bad requests, and discovery as a NATS micro service.
 

@@ -1,4 +1,4 @@
-//! Broker faults in the middle of a firing (CONTRACT.md §1, §5): a broker killed and restarted
+//! Broker faults in the middle of a firing (docs/CONTRACT.md §1, §5): a broker killed and restarted
 //! while thousands of timers are being published delays them and loses, wedges or reorders
 //! none; every wait for a PubAck is bounded, so the daemon still stops in time afterwards.
 

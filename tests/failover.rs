@@ -1,4 +1,4 @@
-//! More than one daemon (CONTRACT.md §8), on one PostgreSQL database and one NATS: they share
+//! More than one daemon (docs/CONTRACT.md §8), on one PostgreSQL database and one NATS: they share
 //! the command consumer and divide the due timers between them by claims. Killed with SIGKILL
 //! or stopped, the others take over; nothing is lost, nothing fires early, and a timer is
 //! published twice only when its daemon died between publishing and marking it.

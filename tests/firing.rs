@@ -211,7 +211,7 @@ async fn a_steady_stream_of_timers_all_fire() {
     daemon.shutdown().await.unwrap();
 }
 
-/// A `dueAt` finer than a millisecond is rounded up (CONTRACT.md §3), so no timer fires before
+/// A `dueAt` finer than a millisecond is rounded up (docs/CONTRACT.md §3), so no timer fires before
 /// the instant its client named, to the nanosecond.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sub_millisecond_due_at_is_rounded_up_and_never_fires_early() {

@@ -1,5 +1,5 @@
 //! One timer per `(tenantId, serviceCallId)`: duplicates, reschedules, commands after firing and
-//! stale redeliveries follow the rules of CONTRACT.md §3.
+//! stale redeliveries follow the rules of docs/CONTRACT.md §3.
 
 mod common;
 

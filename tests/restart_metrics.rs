@@ -1,4 +1,4 @@
-//! `timer_actor_restarts_total{actor}` (CONTRACT.md §7) counts the Supervisor's restarts, read
+//! `timer_actor_restarts_total{actor}` (docs/CONTRACT.md §7) counts the Supervisor's restarts, read
 //! over real HTTP. A test binary of its own: the metrics recorder is process-wide, and the
 //! restarts of other tests' daemons would count in it too.
 

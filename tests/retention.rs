@@ -1,4 +1,4 @@
-//! Retention (CONTRACT.md §7): the Janitor deletes `Reached` and `Cancelled` timers that
+//! Retention (docs/CONTRACT.md §7): the Janitor deletes `Reached` and `Cancelled` timers that
 //! finished longer ago than `keep_finished` — all of them, in batches — and nothing else.
 
 mod common;

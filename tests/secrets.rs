@@ -1,4 +1,4 @@
-//! Secrets never appear in logs, metrics or error messages (CONTRACT.md §7): a broker URL
+//! Secrets never appear in logs, metrics or error messages (docs/CONTRACT.md §7): a broker URL
 //! carrying a password or token, a PostgreSQL URL with a password in its user part or its query
 //! string, on a daemon that runs and on one whose connection fails. Every crate logs at `debug`
 //! here, the client libraries included.

@@ -1,4 +1,4 @@
-//! NATS security (CONTRACT.md §7): the daemon on a TLS-only, authenticated nats-server with
+//! NATS security (docs/CONTRACT.md §7): the daemon on a TLS-only, authenticated nats-server with
 //! mutual TLS, as its own user with only the permissions it needs, and tenants kept apart by
 //! subject permissions alone. The server configuration is the one the README shows.
 

@@ -1,4 +1,4 @@
-//! Storage: the schema and its migrations, the rules of CONTRACT.md §3 in SQL, claims for
+//! Storage: the schema and its migrations, the rules of docs/CONTRACT.md §3 in SQL, claims for
 //! firing, the query API's reads, tenant scoping and the query plans — on a real SQLite file
 //! with the real migrations.
 //!

@@ -1,4 +1,4 @@
-//! Storage faults are outages the daemon waits out, never losses (CONTRACT.md §1 "Durable"):
+//! Storage faults are outages the daemon waits out, never losses (docs/CONTRACT.md §1 "Durable"):
 //! a full disk, a database file made read-only, a write lock held past the busy timeout, the
 //! database's directory removed or replaced. In each, on a real SQLite file: no command is
 //! acknowledged before its own commit, every timer fires once the fault clears, the daemon

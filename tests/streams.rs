@@ -1,5 +1,5 @@
 //! The broker objects the service relies on: created as soon as the broker is reached (before
-//! any command or event, CONTRACT.md §7), and used as they are when an operator made them.
+//! any command or event, docs/CONTRACT.md §7), and used as they are when an operator made them.
 
 mod common;
 
@@ -117,7 +117,7 @@ async fn streams_created_by_an_operator_are_used_as_they_are() {
 }
 
 /// A command stream deleted and created again numbers its commands from 1 anew; every command
-/// of the new stream is still newer than every command of the old one (CONTRACT.md §3): a
+/// of the new stream is still newer than every command of the old one (docs/CONTRACT.md §3): a
 /// cancel and a reschedule sent after the re-creation take effect, by command and by the API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_of_a_re_created_command_stream_are_newer_than_the_old_ones() {

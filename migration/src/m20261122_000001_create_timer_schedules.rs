@@ -1,4 +1,4 @@
-//! `timer_schedules` (CONTRACT.md §4), on SQLite and PostgreSQL.
+//! `timer_schedules` (docs/CONTRACT.md §4), on SQLite and PostgreSQL.
 //!
 //! Written as SQL because SQLite's `STRICT` tables and partial indexes have no builder form.
 //! - `STRICT` makes SQLite refuse a value of the wrong type instead of storing it.

@@ -1,4 +1,4 @@
-//! ApiResponder actor: answers the query and cancel API (CONTRACT.md §6) — `get`, `list`,
+//! ApiResponder actor: answers the query and cancel API (docs/CONTRACT.md §6) — `get`, `list`,
 //! `cancel`, `stats` on `timer.api.<verb>.<tenantId>`.
 //!
 //! Every request is scoped by the tenant in its subject: reads go through Persistence with that

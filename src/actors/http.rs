@@ -1,4 +1,4 @@
-//! Http actor: `/metrics` (Prometheus text), `/healthz` and `/readyz` (CONTRACT.md §7) on one
+//! Http actor: `/metrics` (Prometheus text), `/healthz` and `/readyz` (docs/CONTRACT.md §7) on one
 //! small axum server.
 //!
 //! - `/healthz` answers 200 while the process and its Supervisor run (this actor is the

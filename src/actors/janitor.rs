@@ -1,5 +1,5 @@
 //! Janitor actor: retention. Deletes `Reached` and `Cancelled` timers that finished more than
-//! `keep_finished` ago (CONTRACT.md §7), so the database does not grow with every timer ever
+//! `keep_finished` ago (docs/CONTRACT.md §7), so the database does not grow with every timer ever
 //! fired.
 //!
 //! Deletes go through Persistence like every write, in batches of [`BATCH`] rows, one short

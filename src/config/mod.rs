@@ -1,4 +1,4 @@
-//! Configuration: defaults, then `config.toml`, then the environment (CONTRACT.md §2, §7).
+//! Configuration: defaults, then `config.toml`, then the environment (docs/CONTRACT.md §2, §7).
 //!
 //! Every key can be set by environment: `TIMER_<KEY>` for a top-level key, `TIMER_<SECTION>_<KEY>`
 //! for a key in a section (`[http] listen` → `TIMER_HTTP_LISTEN`); the four seed names

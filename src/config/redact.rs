@@ -1,4 +1,4 @@
-//! Keeping secrets out of logs, metrics and error messages (CONTRACT.md §7): one function that
+//! Keeping secrets out of logs, metrics and error messages (docs/CONTRACT.md §7): one function that
 //! masks the credentials a URL may carry, used wherever a broker or database URL is shown, and a
 //! string type for passwords and tokens whose `Debug` never shows the value.
 

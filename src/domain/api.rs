@@ -1,4 +1,4 @@
-//! The query and cancel API (CONTRACT.md §6): requests, their validation, and replies. No I/O:
+//! The query and cancel API (docs/CONTRACT.md §6): requests, their validation, and replies. No I/O:
 //! the ApiResponder actor calls these, the NATS micro service carries the bytes.
 
 use std::fmt;

@@ -1,5 +1,5 @@
 //! `ScheduleTimer` and `CancelTimer`: parsing and validation of the commands the service
-//! accepts (CONTRACT.md §3). Every way a command can be wrong ends in a [`Rejection`] with a
+//! accepts (docs/CONTRACT.md §3). Every way a command can be wrong ends in a [`Rejection`] with a
 //! reason a person can act on; nothing here panics on input.
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! `MessageEnvelope`: the JSON wrapper around every message on the wire (CONTRACT.md §3).
+//! `MessageEnvelope`: the JSON wrapper around every message on the wire (docs/CONTRACT.md §3).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
 //! Events the service publishes: `DueTimeReached` for clients and `TimerCommandRejected` for
-//! operators (CONTRACT.md §3).
+//! operators (docs/CONTRACT.md §3).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! The order of commands across incarnations of the command stream (CONTRACT.md §3).
+//! The order of commands across incarnations of the command stream (docs/CONTRACT.md §3).
 //!
 //! JetStream numbers a stream's messages from 1. When the command stream is deleted and
 //! created again (by an operator, or by the service finding it gone), numbering starts over,

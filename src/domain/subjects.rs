@@ -1,4 +1,4 @@
-//! Subject names of the wire contract (CONTRACT.md §2), built from the configurable prefixes.
+//! Subject names of the wire contract (docs/CONTRACT.md §2), built from the configurable prefixes.
 //! Every subject the service reads or writes is spelled here and nowhere else.
 
 /// Default prefix of command subjects (`timer.cmd.>`).

@@ -1,4 +1,4 @@
-//! Timers and the commands that write them: the rules table of CONTRACT.md §3, as a reference
+//! Timers and the commands that write them: the rules table of docs/CONTRACT.md §3, as a reference
 //! model the SQL of the store is tested against.
 //!
 //! - [`Timer`]: one stored row, as the query API shows it.
@@ -175,7 +175,7 @@ impl Command {
     }
 }
 
-/// What a command does to the stored row of its key (CONTRACT.md §3), or `None` when it
+/// What a command does to the stored row of its key (docs/CONTRACT.md §3), or `None` when it
 /// changes nothing. `being_fired` says the row was picked for firing (claimed): a cancel then
 /// comes too late, like one after `Reached`, whether or not the claim has lapsed since — a
 /// claimed timer fires (its daemon publishes it, or another takes it over once the claim
@@ -214,7 +214,7 @@ pub fn apply_command(
     Some(next)
 }
 
-/// How a cancel went, as the query API reports it (CONTRACT.md §6).
+/// How a cancel went, as the query API reports it (docs/CONTRACT.md §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
     Cancelled,

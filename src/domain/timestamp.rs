@@ -26,7 +26,7 @@ pub fn parse_stored(text: &str) -> Result<DateTime<Utc>, chrono::ParseError> {
 }
 
 /// Parses a client-supplied `dueAt`: RFC 3339 with a zone (`Z` or an offset), converted to UTC
-/// and rounded up to the millisecond (CONTRACT.md §3: `…:13.023999Z` is stored as `…:13.024Z`).
+/// and rounded up to the millisecond (docs/CONTRACT.md §3: `…:13.023999Z` is stored as `…:13.024Z`).
 /// Years outside 0001–9999 are refused because they cannot be stored in the fixed-width format.
 pub fn parse_due_at(text: &str) -> Result<DateTime<Utc>, String> {
     let parsed = DateTime::parse_from_rfc3339(text).map_err(|e| {

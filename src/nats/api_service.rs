@@ -1,4 +1,4 @@
-//! The query and cancel API as a NATS micro service (`async_nats::service`, CONTRACT.md §6):
+//! The query and cancel API as a NATS micro service (`async_nats::service`, docs/CONTRACT.md §6):
 //! name `timer-service`, one endpoint per verb on `<api prefix>.<verb>.*`, discoverable with
 //! `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS`. Daemons sharing a NATS answer in one queue group.
 //! Also the publisher that orders an API cancel in the command stream.

@@ -8,7 +8,7 @@ use async_nats::jetstream::{self, consumer, stream};
 use crate::domain::{StreamIncarnation, Subjects};
 use crate::ports::BusError;
 
-/// The broker objects of one deployment (CONTRACT.md §2) and how the service creates them.
+/// The broker objects of one deployment (docs/CONTRACT.md §2) and how the service creates them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerNames {
     pub command_stream: String,

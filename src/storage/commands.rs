@@ -1,4 +1,4 @@
-//! Applying commands: batches of `ScheduleTimer` and `CancelTimer` by the rules of CONTRACT.md
+//! Applying commands: batches of `ScheduleTimer` and `CancelTimer` by the rules of docs/CONTRACT.md
 //! §3 in one upsert per round, a cancel answered with its outcome, and the epochs of the
 //! command stream's incarnations. Every commit here is durable: a command is acknowledged to
 //! the broker once it returns.
@@ -130,7 +130,7 @@ const REFUSED_CANCEL: &str = "(excluded.state = 'Cancelled' \
 /// rounds in stream order), one multi-row statement per round, inside a transaction or, when
 /// that is one statement, on its own.
 ///
-/// The conflict clause is the rules table of CONTRACT.md §3 in SQL, for a stored row `t` and an
+/// The conflict clause is the rules table of docs/CONTRACT.md §3 in SQL, for a stored row `t` and an
 /// incoming command `excluded`:
 /// - nothing changes for a `Reached` row, or a command not newer than the last one applied;
 /// - a cancel meeting a timer claimed for firing (lapsed or not: a claimed timer fires) is

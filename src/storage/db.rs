@@ -213,7 +213,7 @@ async fn open(
 /// Key of the PostgreSQL advisory lock that migrations hold.
 const MIGRATION_LOCK: i64 = 0x7469_6d65_7273; // "timers"
 
-/// Creates the SQLite file at `path` readable and writable by its owner only (CONTRACT.md §4;
+/// Creates the SQLite file at `path` readable and writable by its owner only (docs/CONTRACT.md §4;
 /// SQLite gives its `-wal` and `-shm` files the same mode), unless it exists: an operator's
 /// file keeps the mode it was given, with a warning if others may read it. Says whether it
 /// created the file.

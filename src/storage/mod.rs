@@ -134,7 +134,7 @@ impl Store {
         Ok(self.db.close().await?)
     }
 
-    /// Applies a batch of accepted commands, each by the rules of CONTRACT.md §3 (see
+    /// Applies a batch of accepted commands, each by the rules of docs/CONTRACT.md §3 (see
     /// [`crate::domain::timer::apply_command`], which this SQL follows), in stream order per key.
     /// Returns the number of rows written.
     pub async fn apply(&self, commands: &[Command]) -> Result<u64, StoreError> {

@@ -15,7 +15,7 @@ use crate::domain::api::{ListCursor, ListFilter, ListPage, TenantStats};
 use crate::domain::timestamp::format_utc;
 use crate::domain::{Timer, TimerState};
 
-/// How long a timer counts as overdue before `stats` reports it (CONTRACT.md §6).
+/// How long a timer counts as overdue before `stats` reports it (docs/CONTRACT.md §6).
 const OVERDUE_AFTER: chrono::Duration = chrono::Duration::seconds(1);
 
 /// See [`Store::get`].

@@ -1,5 +1,5 @@
 //! The checker: pure functions from a recorded [`Run`] to the violations of the contract's
-//! invariants (CONTRACT.md §1, §3, §5, §6). Nothing here does I/O, so each rule is shown on
+//! invariants (docs/CONTRACT.md §1, §3, §5, §6). Nothing here does I/O, so each rule is shown on
 //! small hand-made histories in the tests at the bottom.
 //!
 //! The invariants:
