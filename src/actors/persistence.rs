@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use futures::future::BoxFuture;
-use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::supervisor::NamedActor;
@@ -55,7 +54,6 @@ pub struct PersistenceState {
     args: PersistenceArgs,
     /// The open connection; `None` after a failure, until the next message reopens it.
     store: Option<Store>,
-    probe: Option<JoinHandle<()>>,
 }
 
 type Reply<T> = RpcReplyPort<Result<T, StoreError>>;
@@ -161,11 +159,7 @@ impl Actor for Persistence {
         _myself: ActorRef<Self::Msg>,
         args: PersistenceArgs,
     ) -> Result<PersistenceState, ActorProcessingErr> {
-        let mut state = PersistenceState {
-            args,
-            store: None,
-            probe: None,
-        };
+        let mut state = PersistenceState { args, store: None };
         // Opened now when possible; when not, the first message tries again. Failing here
         // would turn a storage outage into restarts, and restarts into a stopped daemon.
         if let Err(e) = state.open().await {
@@ -178,9 +172,10 @@ impl Actor for Persistence {
     async fn post_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        state: &mut PersistenceState,
+        _state: &mut PersistenceState,
     ) -> Result<(), ActorProcessingErr> {
-        state.probe = Some(myself.send_interval(PROBE_INTERVAL, || PersistenceMsg::Probe));
+        // ractor ends the interval with the actor.
+        myself.send_interval(PROBE_INTERVAL, || PersistenceMsg::Probe);
         myself.cast(PersistenceMsg::Probe)?;
         Ok(())
     }
@@ -190,9 +185,6 @@ impl Actor for Persistence {
         _myself: ActorRef<Self::Msg>,
         state: &mut PersistenceState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(probe) = state.probe.take() {
-            probe.abort();
-        }
         if let Some(store) = state.store.take() {
             store.close().await?;
         }
