@@ -20,7 +20,8 @@ const REQUEST_GRACE: Duration = Duration::from_secs(2);
 /// Shortest life of a pull request. A call that waits only a millisecond (while commands are
 /// gathered for the next commit) still opens a request that the next calls go on reading:
 /// one that expired within a millisecond went unanswered now and then under a burst
-/// (nats-server 2.9 sent no timeout for it), and each such request cost its grace.
+/// (nats-server 2.9 sent no timeout for it), and each such request cost its grace and a
+/// backoff.
 const REQUEST_EXPIRES_AT_LEAST: Duration = Duration::from_millis(250);
 /// While the broker reports more commands pending, how long to wait for the next one to fill
 /// the batch. They are already on their way, so this is only a guard against a stalled server.
@@ -187,14 +188,12 @@ impl CommandSource for JetStreamCommandSource {
                 }
                 Err(_) if tokio::time::Instant::now() < answer_by => return Ok(out),
                 Err(_) => {
-                    // The broker let the request lapse without a word. Nothing is wrong with
-                    // the consumer: a new request, at once, goes on reading it.
-                    tracing::debug!(
-                        actor = "command_handler",
-                        "pull request never answered; opening another"
-                    );
-                    self.request = None;
-                    return Ok(out);
+                    // The broker let the request lapse without a word: it may be frozen or
+                    // gone. Look it up afresh after a backoff rather than sending request after
+                    // request into a broker that does not answer (each would take commands to
+                    // an inbox no longer read once it resumes, until their ack wait runs out).
+                    self.reset();
+                    return Err(BusError("pull request was never answered".into()));
                 }
             };
         // Fill the batch while the broker says more are pending and the request has room:
