@@ -50,13 +50,6 @@ pub(super) async fn command_epoch(
     now: DateTime<Utc>,
 ) -> Result<u32, StoreError> {
     use command_streams::{Column as C, Entity as Streams};
-    let known = Streams::find_by_id((stream.name.clone(), stream.created_ns))
-        .one(&store.db)
-        .await?;
-    if let Some(known) = known {
-        return u32::try_from(known.epoch)
-            .map_err(|e| StoreError::Unavailable(format!("epoch {}: {e}", known.epoch)));
-    }
     let epoch: i64 = store
         .durable(async {
             let txn = store.db.begin().await?;
@@ -85,17 +78,30 @@ pub(super) async fn command_epoch(
                 .one(&txn)
                 .await?;
             let epoch = next.flatten().map_or(0, |latest| latest + 1);
-            Streams::insert(command_streams::ActiveModel {
+            // Another daemon may record the same incarnation at the same moment: its row wins,
+            // and this one reads it.
+            let inserted = Streams::insert(command_streams::ActiveModel {
                 stream_name: Set(stream.name.clone()),
                 created_ns: Set(stream.created_ns),
                 epoch: Set(epoch),
                 seen_at: Set(format_utc(now)),
             })
+            .on_conflict(
+                OnConflict::columns([C::StreamName, C::CreatedNs])
+                    .do_nothing()
+                    .to_owned(),
+            )
             .exec_without_returning(&txn)
             .await?;
+            let recorded = Streams::find_by_id((stream.name.clone(), stream.created_ns))
+                .one(&txn)
+                .await?
+                .map_or(epoch, |row| row.epoch);
             txn.commit().await?;
-            tracing::info!(stream = %stream, epoch, "a new incarnation of the command stream: its commands order after every earlier one");
-            Ok(epoch)
+            if inserted > 0 {
+                tracing::info!(stream = %stream, epoch, "a new incarnation of the command stream: its commands order after every earlier one");
+            }
+            Ok(recorded)
         })
         .await?;
     u32::try_from(epoch).map_err(|e| StoreError::Unavailable(format!("epoch {epoch}: {e}")))
