@@ -137,6 +137,7 @@ impl Daemon {
                     subjects.clone(),
                     config.name.clone(),
                     &config.nats.inbox_prefix,
+                    config.nats.inbox_per_tenant,
                 )),
                 publisher: Arc::new(JetStreamCommandPublisher::new(js, names)),
                 clock: clock.clone(),

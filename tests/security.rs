@@ -87,6 +87,7 @@ async fn over_tls_with_credentials_each_tenant_reaches_only_its_own_timers() {
     let http = format!("127.0.0.1:{}", common::free_port());
     daemon_config.http.listen = http.clone();
     daemon_config.name = "test".into();
+    daemon_config.nats.inbox_per_tenant = true;
     let daemon = Daemon::start(daemon_config).await.unwrap();
     eventually(
         Duration::from_secs(15),
@@ -194,6 +195,35 @@ async fn over_tls_with_credentials_each_tenant_reaches_only_its_own_timers() {
     assert!(
         globex_events.next().now_or_never().is_none(),
         "acme's request was answered on globex's event subject"
+    );
+
+    // Nor in globex's inboxes, which acme may not publish on: with inboxes per tenant, a reply
+    // subject under another tenant's is dropped too, while acme's own requests are answered.
+    let mut globex_inbox = globex_nats.subscribe("_INBOX.globex.spoof").await.unwrap();
+    globex_nats.flush().await.unwrap();
+    acme_nats
+        .publish_with_reply("timer.api.stats.acme", "_INBOX.globex.spoof", "{}".into())
+        .await
+        .unwrap();
+    acme_nats.flush().await.unwrap();
+    eventually(Duration::from_secs(10), "the second drop counted", || {
+        if let Some(Some(m)) = globex_inbox.next().now_or_never() {
+            panic!(
+                "acme's request was answered in globex's inbox: {:?}",
+                String::from_utf8_lossy(&m.payload)
+            );
+        }
+        let http = http.clone();
+        async move {
+            let (_, body) = common::http_get(&http, "/metrics").await?;
+            (common::metric(&body, dropped)? == 2.0).then_some(())
+        }
+    })
+    .await;
+    acme.get("acme", "mine").await.unwrap();
+    assert!(
+        globex_inbox.next().now_or_never().is_none(),
+        "acme's request was answered in globex's inbox"
     );
 
     // No client certificate, or a wrong password: no connection at all.

@@ -120,6 +120,10 @@ pub struct NatsSettings {
     /// API replies go only to subjects under this prefix (clients' inboxes), so a request cannot
     /// make the service publish on a subject its sender may not publish on.
     pub inbox_prefix: String,
+    /// Each tenant's clients use inboxes of their own, `<inbox_prefix>.<tenantId>.…` (as the
+    /// per-tenant permissions of docs/operations.md have it): replies then go only under the
+    /// requesting tenant's, never into another tenant's.
+    pub inbox_per_tenant: bool,
     /// `max_age` of the event stream when the service creates it; zero keeps events forever.
     #[serde(with = "duration")]
     pub event_max_age: Duration,
@@ -256,6 +260,7 @@ impl Default for NatsSettings {
             event_subject_prefix: DEFAULT_EVENT_PREFIX.into(),
             api_subject_prefix: DEFAULT_API_PREFIX.into(),
             inbox_prefix: crate::domain::subjects::DEFAULT_INBOX_PREFIX.into(),
+            inbox_per_tenant: false,
             event_max_age: Duration::from_secs(7 * 24 * 3600),
             replicas: 1,
             credentials: None,

@@ -41,6 +41,8 @@ pub struct NatsApiServer {
     daemon: String,
     /// Replies go only to subjects starting with this (the inbox prefix and a dot).
     inbox: String,
+    /// Replies go only to the requesting tenant's inboxes, under `<inbox prefix>.<tenantId>.`.
+    per_tenant: bool,
 }
 
 impl NatsApiServer {
@@ -49,12 +51,14 @@ impl NatsApiServer {
         subjects: Subjects,
         daemon: String,
         inbox_prefix: &str,
+        per_tenant: bool,
     ) -> Self {
         Self {
             client,
             subjects,
             daemon,
             inbox: inbox_subjects(inbox_prefix),
+            per_tenant,
         }
     }
 }
@@ -85,6 +89,7 @@ impl ApiServer for NatsApiServer {
             service: Some(service),
             endpoints,
             inbox: self.inbox.clone(),
+            per_tenant: self.per_tenant,
             drops: DropLog::default(),
         }
         .boxed())
@@ -116,12 +121,23 @@ fn inbox_subjects(prefix: &str) -> String {
 }
 
 /// Whether a request with reply subject `reply` may be answered, replies going only to
-/// subjects starting with `inbox` (the inbox prefix and a dot).
-fn check_reply(reply: Option<&str>, inbox: &str) -> Result<(), Dropped> {
-    match reply {
-        None | Some("") => Err(Dropped::NoReply),
-        Some(reply) if reply.len() > inbox.len() && reply.starts_with(inbox) => Ok(()),
-        Some(_) => Err(Dropped::NotInbox),
+/// subjects starting with `inbox` (the inbox prefix and a dot) and, when the inboxes are per
+/// tenant, with the requesting tenant's token after it: where each tenant may subscribe only to
+/// its own inboxes, another tenant's inbox is a subject the sender may not publish on either.
+fn check_reply(reply: Option<&str>, inbox: &str, tenant: Option<&str>) -> Result<(), Dropped> {
+    let Some(reply) = reply.filter(|r| !r.is_empty()) else {
+        return Err(Dropped::NoReply);
+    };
+    let rest = reply
+        .strip_prefix(inbox)
+        .filter(|rest| !rest.is_empty())
+        .ok_or(Dropped::NotInbox)?;
+    match tenant {
+        None => Ok(()),
+        Some(tenant) => match rest.strip_prefix(tenant) {
+            Some(own) if own.len() > 1 && own.starts_with('.') => Ok(()),
+            _ => Err(Dropped::NotInbox),
+        },
     }
 }
 
@@ -162,6 +178,7 @@ struct Requests {
     service: Option<Service>,
     endpoints: SelectAll<async_nats::service::endpoint::Endpoint>,
     inbox: String,
+    per_tenant: bool,
     drops: DropLog,
 }
 
@@ -175,7 +192,10 @@ impl Stream for Requests {
             };
             let message = &request.message;
             let reply = message.reply.as_ref().map(|r| r.as_str());
-            match check_reply(reply, &self.inbox) {
+            let tenant = self
+                .per_tenant
+                .then(|| message.subject.rsplit('.').next().unwrap_or_default());
+            match check_reply(reply, &self.inbox, tenant) {
                 Ok(()) => {
                     return Poll::Ready(Some(ApiRequest {
                         subject: message.subject.to_string(),
@@ -310,8 +330,8 @@ mod tests {
     #[test]
     fn replies_go_only_to_inboxes() {
         let inbox = "_INBOX.";
-        assert_eq!(check_reply(Some("_INBOX.abc.1"), inbox), Ok(()));
-        assert_eq!(check_reply(Some("_INBOX.acme.xyz"), inbox), Ok(()));
+        assert_eq!(check_reply(Some("_INBOX.abc.1"), inbox, None), Ok(()));
+        assert_eq!(check_reply(Some("_INBOX.acme.xyz"), inbox, None), Ok(()));
         for foreign in [
             "timer.evt.due.globex",
             "timer.cmd.cancel.globex",
@@ -322,13 +342,33 @@ mod tests {
             "x._INBOX.y",
         ] {
             assert_eq!(
-                check_reply(Some(foreign), inbox),
+                check_reply(Some(foreign), inbox, None),
                 Err(Dropped::NotInbox),
                 "{foreign}"
             );
         }
-        assert_eq!(check_reply(None, inbox), Err(Dropped::NoReply));
-        assert_eq!(check_reply(Some(""), inbox), Err(Dropped::NoReply));
+        assert_eq!(check_reply(None, inbox, None), Err(Dropped::NoReply));
+        assert_eq!(check_reply(Some(""), inbox, None), Err(Dropped::NoReply));
+    }
+
+    #[test]
+    fn per_tenant_inboxes_are_the_requesting_tenants_own() {
+        let inbox = "_INBOX.";
+        let acme = Some("acme");
+        assert_eq!(check_reply(Some("_INBOX.acme.xyz.1"), inbox, acme), Ok(()));
+        for foreign in [
+            "_INBOX.globex.xyz",
+            "_INBOX.acmeco.xyz",
+            "_INBOX.acme.",
+            "_INBOX.acme",
+            "_INBOX.xyz",
+        ] {
+            assert_eq!(
+                check_reply(Some(foreign), inbox, acme),
+                Err(Dropped::NotInbox),
+                "{foreign}"
+            );
+        }
     }
 
     #[test]
