@@ -34,10 +34,11 @@ pub struct JetStreamCommandSource {
     js: jetstream::Context,
     names: BrokerNames,
     consumer: Option<PullConsumer>,
-    /// The open pull request, if any (messages may still arrive on it), and the instant by
-    /// which the broker must have closed it (its expiry plus [`REQUEST_GRACE`]).
-    request: Option<(Batch, tokio::time::Instant)>,
-    /// The incarnation of the command stream the open request reads from.
+    /// The open pull request, if any (messages may still arrive on it), the instant by which
+    /// the broker must have closed it (its expiry plus [`REQUEST_GRACE`]), and the incarnation
+    /// of the command stream it reads from.
+    request: Option<(Batch, tokio::time::Instant, Arc<StreamIncarnation>)>,
+    /// The incarnation the last request read from, to log a change of it once.
     stream: Option<Arc<StreamIncarnation>>,
 }
 
@@ -104,12 +105,16 @@ impl JetStreamCommandSource {
             };
             match opened {
                 Ok((batch, stream)) => {
-                    if self.stream.as_deref() != Some(&stream) {
-                        tracing::info!(actor = "command_handler", stream = %stream,
-                            "reading the command stream");
-                        self.stream = Some(Arc::new(stream));
-                    }
-                    self.request = Some((batch, answer_by));
+                    let stream = match &self.stream {
+                        Some(known) if **known == stream => known.clone(),
+                        _ => {
+                            tracing::info!(actor = "command_handler", stream = %stream,
+                                "reading the command stream");
+                            Arc::new(stream)
+                        }
+                    };
+                    self.stream = Some(stream.clone());
+                    self.request = Some((batch, answer_by, stream));
                 }
                 Err(e) => {
                     self.reset();
@@ -124,11 +129,11 @@ impl JetStreamCommandSource {
     /// Returns how many commands the broker said were still pending at the last one.
     fn take_ready(&mut self, out: &mut Vec<InboundCommand>, max: usize, mut pending: u64) -> u64 {
         while out.len() < max {
-            let Some((batch, _)) = self.request.as_mut() else {
+            let Some((batch, _, stream)) = self.request.as_mut() else {
                 break;
             };
             match batch.next().now_or_never() {
-                Some(Some(Ok(message))) => pending = push(out, message, &self.stream),
+                Some(Some(Ok(message))) => pending = push(out, message, stream),
                 Some(Some(Err(e))) => {
                     tracing::warn!(actor = "command_handler", error = %e, "pull request ended with an error");
                     self.request = None;
@@ -146,16 +151,10 @@ impl JetStreamCommandSource {
 fn push(
     out: &mut Vec<InboundCommand>,
     message: jetstream::Message,
-    stream: &Option<Arc<StreamIncarnation>>,
+    stream: &Arc<StreamIncarnation>,
 ) -> u64 {
     let pending = message.info().map(|i| i.pending).unwrap_or(0);
-    match stream {
-        Some(stream) => out.extend(inbound(message, stream.clone())),
-        None => tracing::error!(
-            actor = "command_handler",
-            "a command arrived on no known stream; the broker will redeliver it"
-        ),
-    }
+    out.extend(inbound(message, stream.clone()));
     pending
 }
 
@@ -168,7 +167,7 @@ impl CommandSource for JetStreamCommandSource {
     ) -> Result<Vec<InboundCommand>, BusError> {
         self.open_request(max, wait).await?;
         let mut out = Vec::new();
-        let Some((batch, answer_by)) = self.request.as_mut() else {
+        let Some((batch, answer_by, stream)) = self.request.as_mut() else {
             return Ok(out);
         };
         // A request opened by an earlier call may live longer than this call's `wait`: waiting
@@ -177,7 +176,7 @@ impl CommandSource for JetStreamCommandSource {
         let first_wait = tokio::time::Instant::now() + wait;
         let mut pending =
             match tokio::time::timeout_at(first_wait.min(answer_by), batch.next()).await {
-                Ok(Some(Ok(message))) => push(&mut out, message, &self.stream),
+                Ok(Some(Ok(message))) => push(&mut out, message, stream),
                 Ok(Some(Err(e))) => {
                     self.reset();
                     return Err(BusError(format!("pull request failed: {e}")));
@@ -203,11 +202,11 @@ impl CommandSource for JetStreamCommandSource {
             if out.len() >= max || pending == 0 {
                 break;
             }
-            let Some((batch, _)) = self.request.as_mut() else {
+            let Some((batch, _, stream)) = self.request.as_mut() else {
                 break;
             };
             match tokio::time::timeout(FILL_WAIT, batch.next()).await {
-                Ok(Some(Ok(message))) => pending = push(&mut out, message, &self.stream),
+                Ok(Some(Ok(message))) => pending = push(&mut out, message, stream),
                 Ok(Some(Err(_))) | Ok(None) => {
                     self.request = None;
                     break;
@@ -220,10 +219,10 @@ impl CommandSource for JetStreamCommandSource {
 
     async fn drain(&mut self) -> Result<Vec<InboundCommand>, BusError> {
         let mut out = Vec::new();
-        while let Some((batch, answer_by)) = self.request.as_mut() {
+        while let Some((batch, answer_by, stream)) = self.request.as_mut() {
             match tokio::time::timeout_at(*answer_by, batch.next()).await {
                 Ok(Some(Ok(message))) => {
-                    push(&mut out, message, &self.stream);
+                    push(&mut out, message, stream);
                 }
                 Ok(Some(Err(_))) | Ok(None) | Err(_) => self.request = None,
             }
