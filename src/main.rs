@@ -94,19 +94,25 @@ fn main() -> ExitCode {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is called, not
+/// when the future is first polled (after start-up): a SIGTERM that comes while the daemon is
+/// starting then stops it gracefully once it runs, instead of killing it with the signal's
+/// default action.
+fn shutdown_signal() -> impl Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot listen for signals; stop the daemon with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "stop requested"),
-        _ = int.recv() => tracing::info!(signal = "SIGINT", "stop requested"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::error!("cannot listen for signals; stop the daemon with SIGKILL");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!(signal = "SIGTERM", "stop requested"),
+            _ = int.recv() => tracing::info!(signal = "SIGINT", "stop requested"),
+        }
     }
 }
 

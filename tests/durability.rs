@@ -213,3 +213,21 @@ async fn a_republished_firing_is_dropped_by_the_broker() {
     .await;
     daemon.shutdown().await.unwrap();
 }
+
+/// A SIGTERM that comes while the daemon is still starting stops it gracefully once started
+/// (exit 0), rather than killing it by the signal's default action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_start_up_still_stops_gracefully() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let process = DaemonProcess::start(&server, &scratch);
+    let log = process.log.clone();
+    eventually(Duration::from_secs(15), "the daemon starting", || async {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|l| l.contains("timer-service starting"))
+    })
+    .await;
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(15)).await.success());
+}
