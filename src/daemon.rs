@@ -14,22 +14,32 @@ use crate::actors::command_handler::CommandHandlerArgs;
 use crate::actors::gauges::GaugesArgs;
 use crate::actors::http::HttpArgs;
 use crate::actors::janitor::JanitorArgs;
+use crate::actors::persistence::PROBE_INTERVAL;
 use crate::actors::persistence::PersistenceArgs;
 use crate::actors::poller::PollerArgs;
 use crate::actors::{
     ApiResponder, Checkpointer, ChildSpec, CommandHandler, Gauges, Http, Janitor, Persistence,
     PersistenceClient, Poller, Registry, Supervisor, SupervisorArgs, SupervisorMsg,
 };
-use crate::config::Config;
+use crate::config::{Config, DaemonName};
 use crate::health::{Health, Status};
 use crate::nats::{
     self, JetStreamCommandPublisher, JetStreamCommandSourceFactory, NatsApiServer, NatsEventBus,
 };
 use crate::ports::{Clock, SystemClock};
-use crate::storage::{self, Claimant};
+use crate::storage::db::DatabaseTarget;
+use crate::storage::{self, Claimant, NameHold, Store, StoreError};
 
 /// How long a graceful shutdown may take before the daemon gives up waiting.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest a starting daemon watches the row of its name when another instance wrote it
+/// lately: a live holder's health probe writes it twice meanwhile, so a row left as it was
+/// belongs to a dead daemon. So much a daemon restarted right after a crash waits.
+pub const NAME_WATCH: Duration = PROBE_INTERVAL
+    .saturating_mul(2)
+    .saturating_add(Duration::from_secs(1));
+/// How long a graceful stop may spend giving up the daemon's name.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -38,6 +48,14 @@ pub enum DaemonError {
         path: String,
         source: sea_orm::DbErr,
     },
+    #[error("database {path}: cannot take the daemon name: {source}")]
+    Name { path: String, source: StoreError },
+    #[error(
+        "daemon name {name:?} is held by a live daemon on this database (instance {holder}): \
+         two daemons under one name would treat each other's claimed timers as their own; \
+         give each daemon its own name"
+    )]
+    NameHeld { name: String, holder: String },
     #[error(transparent)]
     Broker(#[from] nats::ConnectError),
     #[error("cannot start the actors: {0}")]
@@ -59,6 +77,9 @@ pub struct Daemon {
     registry: Registry,
     health: Health,
     actor_names: Vec<&'static str>,
+    /// The name this daemon holds on `database`, given up at a graceful stop.
+    name: String,
+    database: DatabaseTarget,
 }
 
 impl Daemon {
@@ -72,33 +93,36 @@ impl Daemon {
         config: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Daemon, DaemonError> {
-        let database = crate::storage::db::DatabaseTarget::of(&config);
-        tracing::info!(name = %config.name, database = %database.describe(),
+        let database = DatabaseTarget::of(&config);
+        let shared = matches!(database, DatabaseTarget::Postgres { .. });
+        let name = config.daemon_name(shared);
+        tracing::info!(name = name.as_str(), name_from = name.origin(),
+            database = %database.describe(),
             broker_url = %crate::config::redact_url(&config.broker_url), "timer-service starting");
-        storage::db::migrate(&database)
+        storage::db::migrate_with(&database, &config.postgres)
             .await
             .map_err(|source| DaemonError::Database {
                 path: database.describe(),
                 source,
             })?;
+        let name = take_name(&config, &database, name).await?;
+        let config = Config {
+            name: Some(name.clone()),
+            ..config
+        };
+        let name = name.as_str();
         // Without `/metrics` nobody reads them: no recorder, and recording costs nothing. With
         // it, the recorder comes first: a gauge set before it (the broker connected) is lost.
         let metrics = config
             .http_listen()
-            .map(|listen| (listen, crate::telemetry::install(&config.name)));
+            .map(|listen| (listen, crate::telemetry::install(name)));
         let health = Health::new();
-        let client = nats::connect(
-            &config.broker_url,
-            &config.nats,
-            &config.name,
-            health.clone(),
-        )
-        .await?;
+        let client = nats::connect(&config.broker_url, &config.nats, name, health.clone()).await?;
         let js = nats::jetstream_context(client.clone());
         let names = config.broker_names();
         let subjects = config.subjects();
         let bus = Arc::new(NatsEventBus::new(js.clone(), names.clone()));
-        let registry = Registry::new(&config.name);
+        let registry = Registry::new(name);
         let exit = Arc::new(Mutex::new(None));
         // The children, in start order: Persistence first, since the others call it.
         let mut children = vec![
@@ -106,9 +130,10 @@ impl Daemon {
                 database: database.clone(),
                 health: health.clone(),
                 claimant: Claimant {
-                    name: config.name.clone(),
+                    name: name.to_owned(),
                     lease: config.claim_lease,
                 },
+                postgres: config.postgres.clone(),
             }),
             ChildSpec::of::<Poller>(PollerArgs {
                 registry: registry.clone(),
@@ -135,7 +160,7 @@ impl Daemon {
                 server: Arc::new(NatsApiServer::new(
                     client.clone(),
                     subjects.clone(),
-                    config.name.clone(),
+                    name.to_owned(),
                     &config.nats.inbox_prefix,
                     config.nats.inbox_per_tenant,
                 )),
@@ -150,6 +175,7 @@ impl Daemon {
             }),
             ChildSpec::of::<Gauges>(GaugesArgs {
                 database: database.clone(),
+                postgres: config.postgres.clone(),
             }),
         ];
         // WAL checkpoints are SQLite's; second in start order, after Persistence.
@@ -191,6 +217,8 @@ impl Daemon {
             registry,
             health,
             actor_names,
+            name: name.to_owned(),
+            database,
         })
     }
 
@@ -221,6 +249,7 @@ impl Daemon {
         }
         match stopped {
             Ok(()) => {
+                release_name(&self.database, &self.name).await;
                 tracing::info!("timer-service stopped");
                 Ok(())
             }
@@ -256,10 +285,89 @@ impl Daemon {
     }
 }
 
+/// Takes the daemon's name on the database (see [`Store::take_name`]) and returns it: refuses
+/// a name a live daemon holds, and picks another random suffix when that happens to a
+/// generated one.
+async fn take_name(
+    config: &Config,
+    database: &DatabaseTarget,
+    mut name: DaemonName,
+) -> Result<String, DaemonError> {
+    let failed = |source| DaemonError::Name {
+        path: database.describe(),
+        source,
+    };
+    let store = Store::open(database).await.map_err(failed)?;
+    let mut attempts = 0;
+    let taken = loop {
+        attempts += 1;
+        match store.take_name(name.as_str(), NAME_WATCH).await {
+            Ok(NameHold::Taken { waited }) => {
+                tracing::info!(
+                    name = name.as_str(),
+                    name_from = name.origin(),
+                    instance = storage::daemons::instance(),
+                    waited_ms = waited.as_millis() as u64,
+                    "daemon name taken"
+                );
+                break Ok(name.as_str().to_owned());
+            }
+            Ok(NameHold::Held { holder }) => match name {
+                DaemonName::Generated(_) if attempts < 3 => {
+                    name = config.daemon_name(true);
+                }
+                _ => {
+                    break Err(DaemonError::NameHeld {
+                        name: name.as_str().to_owned(),
+                        holder,
+                    });
+                }
+            },
+            Err(e) => break Err(failed(e)),
+        }
+    };
+    if let Err(e) = store.close().await {
+        tracing::debug!(error = %e, "closing the connection that took the name failed");
+    }
+    taken
+}
+
+/// Gives up the daemon's name on a shared database, so that a daemon started next under it
+/// (this one restarted, say) takes it at once instead of watching for a live holder.
+async fn release_name(database: &DatabaseTarget, name: &str) {
+    if !matches!(database, DatabaseTarget::Postgres { .. }) {
+        return;
+    }
+    let released = tokio::time::timeout(RELEASE_TIMEOUT, async {
+        let store = Store::open(database).await?;
+        let released = store.release_name(name).await;
+        let _ = store.close().await;
+        released
+    })
+    .await;
+    match released {
+        Ok(Ok(())) => tracing::debug!(name, "daemon name given up"),
+        Ok(Err(e)) => tracing::warn!(name, error = %e,
+            "could not give up the daemon name; a daemon started under it waits a few seconds"),
+        Err(_) => tracing::warn!(
+            name,
+            "could not give up the daemon name in time; a daemon started under it waits a few seconds"
+        ),
+    }
+}
+
 /// Runs the daemon until `shutdown` resolves (then stops gracefully) or until it stops on its
 /// own with an error.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
-    let mut daemon = Daemon::start(config).await?;
+    let mut shutdown = std::pin::pin!(shutdown);
+    // Start-up waits for a database that does not answer yet: a stop asked meanwhile ends it.
+    let mut daemon = tokio::select! {
+        daemon = Daemon::start(config) => daemon?,
+        () = &mut shutdown => {
+            tracing::info!("stopped during start-up");
+            return Ok(());
+        }
+    };
     tokio::select! {
         () = shutdown => {}
         error = daemon.stopped() => {

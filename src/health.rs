@@ -4,9 +4,17 @@
 //!
 //! Storage faults and broker outages are outages the daemon waits out, never reasons to exit:
 //! this is where "waiting" becomes visible to an operator.
+//!
+//! "The database accepts writes" is judged by the last failed operation's error, how long ago a
+//! write last committed, and (on PostgreSQL) how long the operation under way has waited. A
+//! database that stops answering (a frozen or unreachable server) makes no operation fail for
+//! as long as the operation waits, so a failure alone would keep readiness green meanwhile; an
+//! operation waiting longer than [`OPERATION_WAIT_MAX`], or a write proof older than
+//! [`STORAGE_PROOF_MAX_AGE`], turns it red whatever hangs, and the next commit turns it green.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -37,47 +45,150 @@ impl Status {
     }
 }
 
+/// How old the last committed write may be before the database counts as not accepting
+/// writes: three of Persistence's probe intervals, so that one slow probe is no outage, and a
+/// database that stops answering shows within seconds even while an operation hangs on it.
+pub const STORAGE_PROOF_MAX_AGE: Duration =
+    Duration::from_secs(3 * crate::actors::persistence::PROBE_INTERVAL.as_secs());
+
+/// How long one operation may wait for the database before the database counts as not
+/// answering: the probe's own deadline, which a working database meets with room to spare.
+pub const OPERATION_WAIT_MAX: Duration = crate::actors::persistence::PROBE_TIMEOUT;
+
 /// Shared, cheap to clone; every daemon has its own.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Health {
-    status: Arc<Mutex<Status>>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    status: Status,
+    /// When a database write last committed (or the daemon started: a grace period to prove
+    /// the database the first time).
+    last_write: Instant,
+    /// Since when the operation under way waits for the database, where that is watched.
+    waiting_since: Option<Instant>,
+    /// Whether the database has been seen not answering, so that the change is logged once.
+    stale: bool,
+}
+
+impl Inner {
+    /// Why the database counts as not answering, if it does.
+    fn silence(&self) -> Option<String> {
+        let waited = self.waiting_since.map(|since| since.elapsed());
+        if let Some(waited) = waited.filter(|w| *w > OPERATION_WAIT_MAX) {
+            return Some(format!(
+                "an operation has waited {:.1} s for the database (it does not answer)",
+                waited.as_secs_f64()
+            ));
+        }
+        let age = self.last_write.elapsed();
+        (age > STORAGE_PROOF_MAX_AGE).then(|| {
+            format!(
+                "no write has committed for {:.1} s (the database does not answer in time)",
+                age.as_secs_f64()
+            )
+        })
+    }
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Health {
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                status: Status::default(),
+                last_write: Instant::now(),
+                waiting_since: None,
+                stale: false,
+            })),
+        }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Status> {
-        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The health now: a database that does not answer (see [`Inner::silence`]) shows as a
+    /// storage error when no operation has failed (yet).
     pub fn status(&self) -> Status {
-        self.lock().clone()
+        let inner = self.lock();
+        let mut status = inner.status.clone();
+        if status.storage_error.is_none() {
+            status.storage_error = inner.silence();
+        }
+        status
+    }
+
+    /// An operation starts waiting for the database (`true`) or is done (`false`): watched
+    /// where operations have a deadline, so that one hanging shows before that deadline.
+    pub fn waiting_on_database(&self, waiting: bool) {
+        self.lock().waiting_since = waiting.then(Instant::now);
+    }
+
+    /// Brings `timer_storage_ok` in line with the age of the write proof, and logs once when the
+    /// proof turns too old. Called periodically: nothing else happens while an operation hangs.
+    pub fn check_storage(&self) {
+        let mut inner = self.lock();
+        let cause = inner.silence();
+        match (&cause, inner.stale) {
+            (Some(cause), false) => {
+                inner.stale = true;
+                if inner.status.storage_error.is_none() {
+                    tracing::warn!(error = %cause,
+                        "the database does not accept writes; not ready until it does");
+                }
+                metrics::gauge!(crate::telemetry::STORAGE_OK).set(0.0);
+            }
+            (None, true) => inner.stale = false,
+            _ => {}
+        }
     }
 
     pub fn set_broker_connected(&self, connected: bool) {
-        self.lock().broker_connected = connected;
+        self.lock().status.broker_connected = connected;
         metrics::gauge!(crate::telemetry::BROKER_CONNECTED).set(f64::from(u8::from(connected)));
     }
 
     /// A database write committed: storage works (again).
     pub fn storage_ok(&self) {
-        self.lock().storage_error = None;
+        let mut inner = self.lock();
+        inner.status.storage_error = None;
+        inner.last_write = Instant::now();
+        inner.stale = false;
         metrics::gauge!(crate::telemetry::STORAGE_OK).set(1.0);
     }
 
     pub fn storage_failed(&self, cause: impl Into<String>) {
-        self.lock().storage_error = Some(cause.into());
+        self.lock().status.storage_error = Some(cause.into());
         metrics::gauge!(crate::telemetry::STORAGE_OK).set(0.0);
     }
 
     pub fn actor_down(&self, actor: &str) {
-        self.lock().actors_down.insert(actor.to_owned());
+        self.lock().status.actors_down.insert(actor.to_owned());
     }
 
     pub fn actor_up(&self, actor: &str) {
-        self.lock().actors_down.remove(actor);
+        self.lock().status.actors_down.remove(actor);
+    }
+
+    /// Makes the last committed write `age` old: for tests of the proof's age.
+    #[cfg(test)]
+    fn age_write_proof(&self, age: Duration) {
+        let mut inner = self.lock();
+        inner.last_write = Instant::now().checked_sub(age).unwrap_or(inner.last_write);
+    }
+
+    /// Makes the operation under way wait since `waited` ago: for tests.
+    #[cfg(test)]
+    fn waited(&self, waited: Duration) {
+        self.lock().waiting_since = Instant::now().checked_sub(waited);
     }
 }
 
@@ -102,6 +213,47 @@ mod tests {
         );
         health.storage_ok();
         health.actor_up("poller");
+        assert!(health.status().problems().is_empty());
+    }
+
+    #[test]
+    fn a_write_proof_too_old_is_a_storage_problem_until_the_next_commit() {
+        let health = Health::new();
+        health.set_broker_connected(true);
+        health.age_write_proof(STORAGE_PROOF_MAX_AGE - Duration::from_millis(500));
+        assert!(health.status().problems().is_empty(), "still fresh enough");
+        health.age_write_proof(STORAGE_PROOF_MAX_AGE + Duration::from_millis(500));
+        let problems = health.status().problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("database: no write has committed for 6."),
+            "{problems:?}"
+        );
+        health.check_storage();
+        // A failure's own cause is shown rather than the age.
+        health.storage_failed("statement timed out");
+        assert_eq!(
+            health.status().problems(),
+            ["database: statement timed out"]
+        );
+        health.storage_ok();
+        health.check_storage();
+        assert!(health.status().problems().is_empty());
+    }
+
+    #[test]
+    fn an_operation_waiting_too_long_is_a_storage_problem_until_it_ends() {
+        let health = Health::new();
+        health.set_broker_connected(true);
+        health.waiting_on_database(true);
+        assert!(health.status().problems().is_empty(), "a wait just begun");
+        health.waited(OPERATION_WAIT_MAX + Duration::from_millis(500));
+        let problems = health.status().problems();
+        assert!(
+            problems[0].starts_with("database: an operation has waited 3."),
+            "{problems:?}"
+        );
+        health.waiting_on_database(false);
         assert!(health.status().problems().is_empty());
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use timer_service::cli::{self, TimersArgs};
 use timer_service::config::LogFormat;
-use timer_service::{Config, telemetry};
+use timer_service::{Config, DaemonError, telemetry};
 
 /// The daemon allocates and frees many small buffers per batch (JSON, SQL values, broker
 /// messages); mimalloc handles that churn markedly faster than the system allocator.
@@ -72,25 +72,31 @@ fn main() -> ExitCode {
     }
     let result = runtime.block_on(async {
         match cli.command.unwrap_or(Command::Run) {
-            Command::Run => timer_service::run(config, shutdown_signal())
-                .await
-                .map_err(anyhow::Error::from),
+            Command::Run => match timer_service::run(config, shutdown_signal()).await {
+                // Another live daemon holds the name: a setting to change, like a bad one.
+                Err(e @ DaemonError::NameHeld { .. }) => {
+                    tracing::error!(error = %e, "timer-service cannot start");
+                    return Err(ExitCode::from(2));
+                }
+                result => result.map_err(anyhow::Error::from),
+            },
             Command::Migrate => {
                 let database = timer_service::storage::db::DatabaseTarget::of(&config);
-                timer_service::storage::db::migrate(&database)
+                timer_service::storage::db::migrate_with(&database, &config.postgres)
                     .await
                     .map(|()| tracing::info!(database = %database.describe(), "database schema is up to date"))
                     .map_err(anyhow::Error::from)
             }
             Command::Timers(_) => Ok(()),
         }
+        .map_err(|e| {
+            tracing::error!(error = %e, "timer-service failed");
+            ExitCode::FAILURE
+        })
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "timer-service failed");
-            ExitCode::FAILURE
-        }
+        Err(code) => code,
     }
 }
 

@@ -16,7 +16,7 @@ async fn each_restart_is_counted_by_actor() {
     let scratch = Scratch::new();
     let addr = format!("127.0.0.1:{}", free_port());
     let mut config = config(&server, &scratch);
-    config.name = "restarts".into();
+    config.name = Some("restarts".into());
     config.http.listen = addr.clone();
     let daemon = Daemon::start(config).await.unwrap();
     let restarts = |actor: &str| {

@@ -86,7 +86,7 @@ async fn over_tls_with_credentials_each_tenant_reaches_only_its_own_timers() {
     daemon_config.nats.tls_key = Some(service_cert.key.clone());
     let http = format!("127.0.0.1:{}", common::free_port());
     daemon_config.http.listen = http.clone();
-    daemon_config.name = "test".into();
+    daemon_config.name = Some("test".into());
     daemon_config.nats.inbox_per_tenant = true;
     let daemon = Daemon::start(daemon_config).await.unwrap();
     eventually(

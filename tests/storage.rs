@@ -25,7 +25,10 @@ use timer_service::storage::{Claimant, Store};
 async fn store() -> (Scratch, Store) {
     let scratch = Scratch::new();
     migrate(&scratch.database()).await.unwrap();
-    let store = Store::open(&scratch.database()).await.unwrap();
+    let store = Store::open(&scratch.database())
+        .await
+        .unwrap()
+        .with_callers_clock();
     (scratch, store)
 }
 

@@ -69,6 +69,10 @@ pub struct Args {
     /// Steady loads for the lateness figures, timers per second.
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
     pub rates: Vec<u32>,
+    /// Timers due at once in the failover figure (PostgreSQL, several daemons, one fails); 0
+    /// leaves the figure out.
+    #[arg(long, default_value_t = 30_000)]
+    pub failover_n: usize,
     /// Duration of each steady load, seconds.
     #[arg(long, default_value_t = 10)]
     pub secs: u32,
@@ -468,6 +472,25 @@ async fn main() {
                 )
                 .await;
                 f.late(&format!("pg.lateness.{n}"), late);
+            }
+            let most = args.daemons.iter().copied().max().unwrap_or(1);
+            if most > 1 && args.failover_n > 0 {
+                for (failure, tag) in [
+                    (workloads::Failure::Kill, "kill"),
+                    (workloads::Failure::Freeze, "freeze"),
+                ] {
+                    eprintln!("PostgreSQL, {most} daemons, one fails: {tag}");
+                    let w = world(&format!("pg-failover-{tag}"), pg, None).await;
+                    let t = workloads::failover(
+                        &w,
+                        args.failover_n,
+                        &many(most, DEFAULT_BATCH, &args),
+                        failure,
+                    )
+                    .await;
+                    f.rate(format!("pg.failover.{tag}.after_fault"), t.after_fault_s);
+                    f.rate(format!("pg.failover.{tag}.drain"), t.drain_s);
+                }
             }
         }
         if !args.keep {

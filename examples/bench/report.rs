@@ -47,6 +47,25 @@ fn lateness_row(f: &Figures, name: &str, key: &str) -> Option<String> {
     ))
 }
 
+/// PostgreSQL's CPU per item of a run, in µs: the median of each run's cores ÷ rate.
+fn postgres_us(f: &Figures, key: &str) -> String {
+    let (Some(cpu), Some(rates)) = (f.cpu.get(key), f.rates.get(key)) else {
+        return "n/a".into();
+    };
+    let per_item: Vec<f64> = cpu
+        .iter()
+        .zip(rates)
+        .filter_map(|(run, rate)| {
+            let cores = run.iter().find(|(n, _)| n == "postgres")?.1;
+            Some(cores / rate * 1e6)
+        })
+        .collect();
+    if per_item.is_empty() {
+        return "n/a".into();
+    }
+    Spread::of(&per_item).show(0)
+}
+
 /// Median cores used per process group, e.g. `daemon 0.92 · nats-server 0.61 · …`.
 fn cpu(f: &Figures, key: &str) -> String {
     let Some(runs) = f.cpu.get(key) else {
@@ -425,6 +444,42 @@ pub fn report(args: &Args, f: &Figures) -> String {
                 cpu(f, &format!("pg.ingest.{n}")),
                 cpu(f, &format!("pg.fire.{n}"))
             );
+        }
+        let _ = writeln!(
+            r,
+            "\nPostgreSQL's CPU per command stored and per timer fired (its cores ÷ the rate):\n"
+        );
+        let _ = writeln!(
+            r,
+            "| daemons | µs per command | µs per timer |\n| --- | --- | --- |"
+        );
+        for n in &args.daemons {
+            let _ = writeln!(
+                r,
+                "| {n} | {} | {} |",
+                postgres_us(f, &format!("pg.ingest.{n}")),
+                postgres_us(f, &format!("pg.fire.{n}"))
+            );
+        }
+        for tag in ["kill", "freeze"] {
+            let key = format!("pg.failover.{tag}.after_fault");
+            if f.rates.contains_key(&key) {
+                let most = args.daemons.iter().max().copied().unwrap_or(1);
+                let _ = writeln!(
+                    r,
+                    "\nFailover, {most} daemons, {} timers due at once, the first daemon {} 300 ms after \
+                     that instant: the last timer marked {} s after the fault ({} s after the due instant; \
+                     claim lease 30 s).",
+                    args.failover_n,
+                    if tag == "kill" {
+                        "killed (`kill -9`)"
+                    } else {
+                        "frozen (SIGSTOP)"
+                    },
+                    show(f, &key, 1),
+                    show(f, &format!("pg.failover.{tag}.drain"), 1)
+                );
+            }
         }
     }
 

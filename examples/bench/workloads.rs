@@ -116,7 +116,7 @@ pub async fn fire(world: &World, n: usize, daemons: &[Settings]) -> Run {
     }
     let cpu = meter(world, &running);
     loop {
-        if observer.pending().await == 0 {
+        if !observer.any_pending().await {
             break;
         }
         assert!(
@@ -132,6 +132,63 @@ pub async fn fire(world: &World, n: usize, daemons: &[Settings]) -> Run {
         per_second: n as f64 / elapsed,
         peak_rss_mib: stop(running),
         cpu,
+    }
+}
+
+/// How the first daemon fails in [`failover`].
+#[derive(Debug, Clone, Copy)]
+pub enum Failure {
+    /// `kill -9`: its connections close, its claims stay until their lease lapses.
+    Kill,
+    /// SIGSTOP until the others have fired everything: its claims lapse the same way.
+    Freeze,
+}
+
+/// Result of [`failover`]: seconds from the due instant, and from the fault, to the last
+/// timer marked `Reached`.
+pub struct Takeover {
+    pub drain_s: f64,
+    pub after_fault_s: f64,
+}
+
+/// `n` timers due at one instant, fired by several daemons sharing the database; 300 ms after
+/// that instant, the first daemon fails. The others fire everything, its claimed share once its
+/// claims lapse (`claim_lease`).
+pub async fn failover(world: &World, n: usize, daemons: &[Settings], failure: Failure) -> Takeover {
+    let observer = world.observer().await;
+    let instant = Utc::now() + chrono::Duration::seconds(4);
+    observer
+        .prefill(n as u64, "failover", instant, 0, None)
+        .await;
+    let running = start_daemons(world, daemons);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    // Mid-burst: the first events are out (counting what has fired would load the database
+    // the figure is about).
+    while Utc::now() < instant + chrono::Duration::milliseconds(300) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let fault_at = Utc::now();
+    running[0].signal(match failure {
+        Failure::Kill => libc::SIGKILL,
+        Failure::Freeze => libc::SIGSTOP,
+    });
+    while observer.any_pending().await {
+        assert!(
+            Instant::now() < deadline,
+            "the others never fired the failed daemon's share"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let done = Utc::now();
+    if let Failure::Freeze = failure {
+        running[0].signal(libc::SIGCONT);
+    }
+    observer.close().await;
+    stop(running);
+    let seconds = |d: chrono::Duration| d.num_microseconds().unwrap_or(0) as f64 / 1e6;
+    Takeover {
+        drain_s: seconds(done - instant),
+        after_fault_s: seconds(done - fault_at),
     }
 }
 
@@ -583,7 +640,7 @@ pub async fn catch_up(world: &World, settings: &Settings) -> CatchUp {
         .unwrap_or(f64::NAN);
     drop(subscriber);
     let observer = world.observer().await;
-    while observer.pending().await > 0 {
+    while observer.any_pending().await {
         assert!(
             daemon.started.elapsed() < Duration::from_secs(1200),
             "catch-up stalled"

@@ -5,6 +5,8 @@ pub use sea_orm_migration::prelude::*;
 mod m20261122_000001_create_timer_schedules;
 mod m20261122_000002_cancel_and_claims;
 mod m20261123_000003_command_streams;
+mod m20261124_000004_daemon_instances;
+mod m20261124_000005_postgres_fill_factor;
 
 pub struct Migrator;
 
@@ -15,6 +17,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_create_timer_schedules::Migration),
             Box::new(m20261122_000002_cancel_and_claims::Migration),
             Box::new(m20261123_000003_command_streams::Migration),
+            Box::new(m20261124_000004_daemon_instances::Migration),
+            Box::new(m20261124_000005_postgres_fill_factor::Migration),
         ]
     }
 }

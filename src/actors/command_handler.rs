@@ -13,6 +13,10 @@
 //! handed back to the broker, unacknowledged, and the handler stops pulling: it waits a
 //! backoff, then lets one batch at a time probe the database until one is stored, and resumes
 //! by itself. Commands wait in JetStream meanwhile, and each attempt logs one error.
+//!
+//! A batch the database refuses because of some of its commands (a value it cannot store,
+//! rather than an outage: see [`crate::storage::StoreError::refused_row`]) is split until those
+//! stand alone (`split`); they are rejected with the database's reason, the rest stored.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -20,9 +24,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::join_all;
-use ractor::concurrency::JoinHandle;
+use ractor::concurrency::{JoinHandle, OneshotReceiver};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use super::persistence::CallError;
 use super::poller::{Poller, PollerMsg};
 use super::registry::Registry;
 use super::supervisor::NamedActor;
@@ -33,12 +38,13 @@ use crate::domain::tenant::check_tenant_id;
 use crate::domain::{
     Action, Arrival, Command, Rejection, StreamIncarnation, Subjects, command_order, parse_command,
 };
-use crate::ports::{
-    Clock, CommandSource, CommandSourceFactory, Delivery, EventBus, InboundCommand,
-};
+use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus, InboundCommand};
+use crate::storage::StoreError;
 
 mod rejection;
+mod split;
 use rejection::reject;
+use split::{Failure, split};
 
 /// How long one pull waits for commands before the actor looks at its mailbox again; also the
 /// longest a graceful stop waits for a pull request in flight.
@@ -87,7 +93,8 @@ pub struct CommandHandlerArgs {
 type Stored = Result<(), String>;
 
 pub struct CommandHandlerState {
-    args: CommandHandlerArgs,
+    /// Shared with the tasks that store batches, which reject what the database refuses.
+    args: Arc<CommandHandlerArgs>,
     source: Box<dyn CommandSource>,
     /// Consecutive failed pulls, for the backoff while the broker is away.
     failed_pulls: u32,
@@ -95,10 +102,10 @@ pub struct CommandHandlerState {
     storing: VecDeque<JoinHandle<Stored>>,
     /// When the last transaction was handed to Persistence (see [`COMMIT_SPACING`]).
     last_commit: Option<tokio::time::Instant>,
-    /// Accepted commands (and their deliveries) waiting for room in the pipeline, to be stored
-    /// together as the next transaction.
+    /// Accepted commands (and as delivered, to settle them) waiting for room in the pipeline,
+    /// to be stored together as the next transaction.
     gathered: Vec<Command>,
-    gathered_deliveries: Vec<Box<dyn Delivery>>,
+    gathered_inbound: Vec<InboundCommand>,
     /// Consecutive attempts that could not store their batch; while non-zero, one batch at a
     /// time is handed to Persistence.
     failed_stores: u32,
@@ -127,12 +134,12 @@ impl Actor for CommandHandler {
     ) -> Result<CommandHandlerState, ActorProcessingErr> {
         Ok(CommandHandlerState {
             source: args.source.create(),
-            args,
+            args: Arc::new(args),
             failed_pulls: 0,
             storing: VecDeque::new(),
             last_commit: None,
             gathered: Vec::new(),
-            gathered_deliveries: Vec::new(),
+            gathered_inbound: Vec::new(),
             failed_stores: 0,
             stored_any: false,
             store_failure: None,
@@ -244,7 +251,7 @@ async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundComm
     let args = &state.args;
     let now = args.clock.now();
     let mut accepted: Vec<Command> = Vec::with_capacity(commands.len());
-    let mut to_ack: Vec<Box<dyn Delivery>> = Vec::with_capacity(commands.len());
+    let mut to_ack: Vec<InboundCommand> = Vec::with_capacity(commands.len());
     let mut rejected: Vec<(InboundCommand, Rejection, u64)> = Vec::new();
     let mut unordered: Vec<InboundCommand> = Vec::new();
     for command in commands {
@@ -280,7 +287,7 @@ async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundComm
         ) {
             Ok(accepted_command) => {
                 accepted.push(accepted_command);
-                to_ack.push(command.delivery);
+                to_ack.push(command);
             }
             Err(rejection) => rejected.push((command, rejection, order)),
         }
@@ -289,15 +296,13 @@ async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundComm
         reject(args, rejected).await;
     }
     if !unordered.is_empty() {
-        let deliveries: Vec<Box<dyn Delivery>> =
-            unordered.into_iter().map(|c| c.delivery).collect();
-        let cause = hand_back(&deliveries, "their stream's epoch is unknown".into()).await;
+        let cause = hand_back(&unordered, "their stream's epoch is unknown".into()).await;
         if let Err(cause) = cause {
             state.store_failure = Some(cause);
         }
     }
     state.gathered.extend(accepted);
-    state.gathered_deliveries.extend(to_ack);
+    state.gathered_inbound.extend(to_ack);
 }
 
 /// Learns the epoch of each stream incarnation in `commands` not met before (one
@@ -357,8 +362,8 @@ fn store_gathered(state: &mut CommandHandlerState) {
     }
     state.last_commit = Some(now);
     let commands = std::mem::take(&mut state.gathered);
-    let deliveries = std::mem::take(&mut state.gathered_deliveries);
-    let storing = store(&state.args, commands, deliveries);
+    let inbound = std::mem::take(&mut state.gathered_inbound);
+    let storing = store(&state.args, commands, inbound);
     state.storing.push_back(storing);
 }
 
@@ -406,69 +411,153 @@ async fn storage_backoff(state: &mut CommandHandlerState) -> Option<Duration> {
 }
 
 /// Hands the accepted commands to Persistence and returns the task that acknowledges them to the
-/// broker once committed, or hands them back for redelivery if the commit fails.
+/// broker once committed, or hands them back for redelivery if the commit fails. A batch the
+/// database refuses because of some of its commands is split around them.
 fn store(
-    args: &CommandHandlerArgs,
+    args: &Arc<CommandHandlerArgs>,
     accepted: Vec<Command>,
-    to_ack: Vec<Box<dyn Delivery>>,
+    inbound: Vec<InboundCommand>,
 ) -> JoinHandle<Stored> {
-    let earliest = accepted
-        .iter()
-        .filter_map(|c| match c.action {
-            Action::Schedule { due_at } => Some(due_at),
-            Action::Cancel => None,
-        })
-        .min();
-    let received = accepted.len();
     for command in &accepted {
         tracing::debug!(actor = "command_handler", tenant_id = %command.tenant_id,
             service_call_id = %command.service_call_id, action = ?command.action,
             sequence = command.seq, "command accepted");
     }
-    let queued = args.registry.persistence().apply_queued(accepted);
-    let registry = args.registry.clone();
+    let commands: Arc<[Command]> = accepted.into();
+    let queued = args
+        .registry
+        .persistence()
+        .apply_part_queued(commands.clone(), 0..commands.len());
+    let args = args.clone();
     tokio::spawn(async move {
-        let committed = match queued {
-            Ok(committed) => committed,
-            Err(e) => return hand_back(&to_ack, e.to_string()).await,
-        };
-        let failure = match tokio::time::timeout(STORE_TIMEOUT, committed).await {
-            Ok(Ok(Ok(written))) => {
-                let acks = join_all(to_ack.iter().map(|d| d.ack())).await;
-                let failed_acks = acks.iter().filter(|r| r.is_err()).count();
-                if failed_acks > 0 {
-                    tracing::warn!(
-                        actor = "command_handler",
-                        failed_acks,
-                        "stored commands could not be acknowledged; the broker will redeliver them"
-                    );
-                }
+        match applied(queued).await {
+            Ok(written) => {
+                acknowledge(inbound.iter()).await;
                 tracing::debug!(
                     actor = "command_handler",
-                    received,
+                    received = commands.len(),
                     written,
                     "commands stored and acknowledged"
                 );
-                metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "stored")
-                    .increment(received as u64);
-                if let (Some(at), Some(poller)) =
-                    (earliest, registry.get::<PollerMsg>(Poller::NAME))
-                {
-                    let _ = poller.cast(PollerMsg::WakeAt(at));
-                }
-                return Ok(());
+                stored(&args, commands.iter());
+                Ok(())
             }
-            Ok(Ok(Err(e))) => e.to_string(),
-            Ok(Err(_)) => "persistence stopped before answering".to_owned(),
-            Err(_) => format!("no commit within {STORE_TIMEOUT:?}"),
-        };
-        hand_back(&to_ack, failure).await
+            Err(Failure::Refused(reason)) => {
+                store_around_refused(&args, commands, inbound, reason).await
+            }
+            Err(Failure::Outage(cause)) => hand_back(&inbound, cause).await,
+        }
     })
+}
+
+/// The outcome of an apply handed to Persistence: the rows written, or why not, told apart
+/// into a refusal of some of its commands and an outage.
+async fn applied(
+    queued: Result<OneshotReceiver<Result<u64, StoreError>>, CallError>,
+) -> Result<u64, Failure> {
+    let committed = queued.map_err(|e| Failure::Outage(e.to_string()))?;
+    match tokio::time::timeout(STORE_TIMEOUT, committed).await {
+        Ok(Ok(Ok(written))) => Ok(written),
+        Ok(Ok(Err(e))) => Err(match e.refused_row() {
+            Some(reason) => Failure::Refused(reason.to_owned()),
+            None => Failure::Outage(e.to_string()),
+        }),
+        Ok(Err(_)) => Err(Failure::Outage(
+            "persistence stopped before answering".into(),
+        )),
+        Err(_) => Err(Failure::Outage(format!(
+            "no commit within {STORE_TIMEOUT:?}"
+        ))),
+    }
+}
+
+/// Stores a batch the database refused because of some of its commands: splits it until those
+/// stand alone, rejects them with the database's reason, and acknowledges what was stored. An
+/// outage met meanwhile ends the split; the commands not yet stored are handed back, as for
+/// any batch that could not be stored.
+async fn store_around_refused(
+    args: &CommandHandlerArgs,
+    commands: Arc<[Command]>,
+    inbound: Vec<InboundCommand>,
+    reason: String,
+) -> Stored {
+    let persistence = args.registry.persistence();
+    let outcome = split(commands.len(), reason, |part| {
+        let queued = persistence.apply_part_queued(commands.clone(), part);
+        async move { applied(queued).await.map(|_| ()) }
+    })
+    .await;
+    tracing::warn!(
+        actor = "command_handler",
+        commands = commands.len(),
+        refused = outcome.refused.len(),
+        stored = outcome.stored.len(),
+        applies = outcome.applies,
+        "the database refused commands of a batch; the batch was split to store the rest"
+    );
+    let mut inbound: Vec<Option<InboundCommand>> = inbound.into_iter().map(Some).collect();
+    acknowledge(outcome.stored.iter().filter_map(|&i| inbound[i].as_ref())).await;
+    stored(args, outcome.stored.iter().map(|&i| &commands[i]));
+    let rejected = outcome
+        .refused
+        .into_iter()
+        .filter_map(|(i, reason)| {
+            let command = &commands[i];
+            let rejection = Rejection {
+                tenant_id: command.tenant_id.clone(),
+                reason: format!("refused by the database: {reason}"),
+            };
+            inbound[i].take().map(|c| (c, rejection, command.seq))
+        })
+        .collect::<Vec<_>>();
+    if !rejected.is_empty() {
+        reject(args, rejected).await;
+    }
+    match outcome.outage {
+        None => Ok(()),
+        Some(cause) => {
+            let unsettled: Vec<InboundCommand> = outcome
+                .unsettled
+                .iter()
+                .filter_map(|&i| inbound[i].take())
+                .collect();
+            hand_back(&unsettled, cause).await
+        }
+    }
+}
+
+/// Acknowledges stored commands to the broker.
+async fn acknowledge(commands: impl Iterator<Item = &InboundCommand>) {
+    let acks = join_all(commands.map(|c| c.delivery.ack())).await;
+    let failed_acks = acks.iter().filter(|r| r.is_err()).count();
+    if failed_acks > 0 {
+        tracing::warn!(
+            actor = "command_handler",
+            failed_acks,
+            "stored commands could not be acknowledged; the broker will redeliver them"
+        );
+    }
+}
+
+/// Counts commands as stored, and wakes the Poller for the earliest timer among them.
+fn stored<'a>(args: &CommandHandlerArgs, commands: impl Iterator<Item = &'a Command>) {
+    let mut count = 0;
+    let earliest = commands
+        .inspect(|_| count += 1)
+        .filter_map(|c| match c.action {
+            Action::Schedule { due_at } => Some(due_at),
+            Action::Cancel => None,
+        })
+        .min();
+    metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "stored").increment(count);
+    if let (Some(at), Some(poller)) = (earliest, args.registry.get::<PollerMsg>(Poller::NAME)) {
+        let _ = poller.cast(PollerMsg::WakeAt(at));
+    }
 }
 
 /// Hands commands that could not be stored back to the broker for redelivery (at once: the
 /// handler itself decides when to pull again), never acknowledging them.
-async fn hand_back(to_ack: &[Box<dyn Delivery>], cause: String) -> Stored {
-    join_all(to_ack.iter().map(|d| d.nak(Duration::ZERO))).await;
-    Err(format!("{cause} ({} commands)", to_ack.len()))
+async fn hand_back(commands: &[InboundCommand], cause: String) -> Stored {
+    join_all(commands.iter().map(|c| c.delivery.nak(Duration::ZERO))).await;
+    Err(format!("{cause} ({} commands)", commands.len()))
 }

@@ -3,7 +3,9 @@
 //! Counting walks the pending index, which takes long with millions of timers, so it runs
 //! every [`INTERVAL`] on a connection of this actor's own, never in Persistence's queue where
 //! it would hold up firing. It only ever reads. A failed count is skipped (the gauge keeps its
-//! last value) and the connection reopened next time.
+//! last value) and the connection reopened next time. On PostgreSQL opening and counting each
+//! have the deadline of Persistence's operations, so a server that does not answer holds this
+//! actor no longer than that; the connection is then abandoned, not waited for.
 
 use std::time::Duration;
 
@@ -11,7 +13,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::supervisor::NamedActor;
 use crate::storage::db::DatabaseTarget;
-use crate::storage::{SqliteSettings, Store};
+use crate::storage::{PostgresSettings, SqliteSettings, Store, StoreError};
 
 /// How often pending timers are counted.
 pub const INTERVAL: Duration = Duration::from_secs(10);
@@ -26,6 +28,31 @@ impl NamedActor for Gauges {
 #[derive(Debug, Clone)]
 pub struct GaugesArgs {
     pub database: DatabaseTarget,
+    /// Time limits on PostgreSQL (unused on SQLite).
+    pub postgres: PostgresSettings,
+}
+
+impl GaugesArgs {
+    /// `[postgres] operation_timeout` on PostgreSQL; none on SQLite (a local file).
+    fn deadline(&self) -> Option<Duration> {
+        matches!(self.database, DatabaseTarget::Postgres { .. })
+            .then_some(self.postgres.operation_timeout)
+    }
+}
+
+/// Runs `work` within `deadline`, if any.
+async fn bounded<T>(
+    deadline: Option<Duration>,
+    work: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match deadline {
+        None => work.await,
+        Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(format!(
+                "timed out after {limit:?}"
+            )))
+        }),
+    }
 }
 
 pub struct GaugesState {
@@ -67,7 +94,7 @@ impl Actor for Gauges {
         state: &mut GaugesState,
     ) -> Result<(), ActorProcessingErr> {
         if let Some(store) = state.store.take() {
-            let _ = store.close().await;
+            let _ = bounded(state.args.deadline(), store.close()).await;
         }
         Ok(())
     }
@@ -92,7 +119,8 @@ impl Actor for Gauges {
                         },
                         postgres => postgres.clone(),
                     };
-                    match Store::open(&target).await {
+                    let open = Store::open_with(&target, &state.args.postgres);
+                    match bounded(state.args.deadline(), open).await {
                         Ok(store) => state.store = Some(store),
                         Err(e) => {
                             tracing::debug!(actor = Gauges::NAME, error = %e, "cannot count pending timers");
@@ -103,12 +131,20 @@ impl Actor for Gauges {
                 let Some(store) = &state.store else {
                     return Ok(());
                 };
-                match store.count_pending().await {
+                match bounded(state.args.deadline(), store.count_pending()).await {
                     Ok(pending) => metrics::gauge!(crate::telemetry::SCHEDULED).set(pending as f64),
                     Err(e) => {
                         tracing::debug!(actor = Gauges::NAME, error = %e, "cannot count pending timers");
                         if let Some(store) = state.store.take() {
-                            let _ = store.close().await;
+                            match state.args.deadline() {
+                                None => {
+                                    let _ = store.close().await;
+                                }
+                                // Closing would wait for the server that did not answer.
+                                Some(limit) => {
+                                    tokio::spawn(tokio::time::timeout(limit, store.close()));
+                                }
+                            }
                         }
                     }
                 }

@@ -106,16 +106,12 @@ impl Actor for Janitor {
             JanitorMsg::Sweep if state.sweeping => {}
             JanitorMsg::Sweep | JanitorMsg::Continue => {
                 state.sweeping = false;
-                let keep = chrono::Duration::from_std(state.args.keep_finished)
-                    .unwrap_or(chrono::Duration::MAX);
-                let Some(cutoff) = state.args.clock.now().checked_sub_signed(keep) else {
-                    return Ok(());
-                };
+                let keep = state.args.keep_finished;
                 match state
                     .args
                     .registry
                     .persistence()
-                    .delete_finished(cutoff, BATCH)
+                    .delete_finished(state.args.clock.now(), keep, BATCH)
                     .await
                 {
                     Ok(deleted) => {
@@ -126,7 +122,7 @@ impl Actor for Janitor {
                             myself.send_after(PAUSE, || JanitorMsg::Continue);
                         } else if state.swept > 0 {
                             tracing::info!(actor = Janitor::NAME, deleted = state.swept,
-                                cutoff = %cutoff, "finished timers deleted");
+                                keep = ?keep, "finished timers deleted");
                             state.swept = 0;
                         }
                     }

@@ -80,8 +80,16 @@ type WakeTask = AbortOnDropHandle<Result<(), ractor::MessagingErr<PollerMsg>>>;
 
 pub struct PollerState {
     args: PollerArgs,
-    /// The pending wake-up: when, and the timer task that will deliver it.
+    /// The pending wake-up: when (by the store's clock), and the timer task that will deliver
+    /// it.
     wake: Option<(DateTime<Utc>, WakeTask)>,
+    /// The store's clock minus this daemon's, learned at each claim: zero on SQLite, the
+    /// database server's lead on PostgreSQL. Wake-ups are planned by the store's clock, which
+    /// decides what is due, so a daemon whose own clock is off neither wakes before its timers
+    /// are due nor after.
+    clock_offset: chrono::Duration,
+    /// When the best sample of `clock_offset` was taken (see [`learn_offset`]).
+    offset_learned: Option<tokio::time::Instant>,
     /// Publishing batches, oldest first: each yields its outcome when the broker has answered.
     /// Each with its number of timers.
     in_flight: VecDeque<(usize, OneshotReceiver<Published>)>,
@@ -138,6 +146,8 @@ impl Actor for Poller {
         Ok(PollerState {
             args,
             wake: None,
+            clock_offset: chrono::Duration::zero(),
+            offset_learned: None,
             in_flight: VecDeque::new(),
             cursor: None,
             more_due: false,
@@ -243,11 +253,35 @@ impl Actor for Poller {
     }
 }
 
-/// Arranges the next wake-up at `at` (now, if `at` has passed), replacing any other.
+/// How long a sample of the store's lead stands against smaller ones: a clock that was stepped
+/// back is followed within this.
+const OFFSET_SAMPLE_LIFE: Duration = Duration::from_secs(30);
+
+/// Learns the store's lead over this daemon's clock from `sample`: the server's instant at the
+/// claim minus this clock as the answer arrived. The statement ran before the answer came, so a
+/// sample is never above the true lead, and is below it by the time the statement took and the
+/// way back: the largest recent sample is the closest. Planned by it, a wake-up comes that much
+/// late at most, never early.
+fn learn_offset(state: &mut PollerState, sample: chrono::Duration) {
+    let now = tokio::time::Instant::now();
+    let stale = state
+        .offset_learned
+        .is_none_or(|at| now.duration_since(at) > OFFSET_SAMPLE_LIFE);
+    if stale || sample >= state.clock_offset {
+        state.clock_offset = sample;
+        state.offset_learned = Some(now);
+    }
+}
+
+/// The store's clock now (see `PollerState::clock_offset`).
+fn store_now(state: &PollerState) -> DateTime<Utc> {
+    state.args.clock.now() + state.clock_offset
+}
+
+/// Arranges the next wake-up at `at` by the store's clock (now, if `at` has passed), replacing
+/// any other.
 fn wake_at(myself: &ActorRef<PollerMsg>, state: &mut PollerState, at: DateTime<Utc>) {
-    let delay = (at - state.args.clock.now())
-        .to_std()
-        .unwrap_or(Duration::ZERO);
+    let delay = (at - store_now(state)).to_std().unwrap_or(Duration::ZERO);
     let task = myself.send_after(delay, || PollerMsg::Wake);
     // Replacing the plan drops (and so aborts) the previous wake-up.
     state.wake = Some((at, AbortOnDropHandle::new(task)));
@@ -263,7 +297,7 @@ fn retry_later(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
 
 /// Arranges the next wake-up `delay` from now.
 fn wake_in(myself: &ActorRef<PollerMsg>, state: &mut PollerState, delay: Duration) {
-    let at = state.args.clock.now() + chrono::Duration::from_std(delay).unwrap_or_default();
+    let at = store_now(state) + chrono::Duration::from_std(delay).unwrap_or_default();
     wake_at(myself, state, at);
 }
 
@@ -306,12 +340,20 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
             state.cursor.clone()
         };
         let batch = match persistence.claim_due(now, after, claim).await {
-            Ok(batch) => batch,
+            Ok(batch) => {
+                if let Some(server_now) = batch.server_now {
+                    learn_offset(state, server_now - state.args.clock.now());
+                }
+                batch
+            }
             Err(e) => {
                 tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
                 return retry_later(myself, state);
             }
         };
+        // The instant the timers were found due, by the clock that decided it: their
+        // `reachedAt`.
+        let decided_at = batch.server_now.unwrap_or(now);
         let full = batch.timers.len() >= claim;
         state.more_due = full;
         if let Some(last) = batch.timers.last() {
@@ -321,7 +363,7 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
         while timers.peek().is_some() {
             let publish: Vec<DueTimer> = timers.by_ref().take(batch_size).collect();
             let size = publish.len();
-            let outcome = spawn_publish(myself, &state.args, publish, now, started);
+            let outcome = spawn_publish(myself, &state.args, publish, decided_at, started);
             state.in_flight.push_back((size, outcome));
         }
         if !full {

@@ -9,7 +9,15 @@ use super::ENV_PREFIX;
 
 /// The sections of `config.toml`; an environment variable `TIMER_<SECTION>_<KEY>` sets `<KEY>`
 /// in `[<section>]`, anything else a top-level key.
-const SECTIONS: &[&str] = &["nats", "sqlite", "supervisor", "http", "log", "retention"];
+const SECTIONS: &[&str] = &[
+    "nats",
+    "sqlite",
+    "postgres",
+    "supervisor",
+    "http",
+    "log",
+    "retention",
+];
 
 /// One line per problem, each naming the key and where its value came from: the file, or the
 /// environment variable by its full name.

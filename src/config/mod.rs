@@ -21,11 +21,13 @@ use crate::nats::BrokerNames;
 
 pub mod duration;
 mod env;
+mod postgres;
 pub mod redact;
 mod sqlite;
 mod validate;
 
 use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
+pub use postgres::PostgresSettings;
 pub use redact::{Secret, redact_url};
 pub use sqlite::{SqliteSettings, Synchronous};
 use validate::check_name;
@@ -93,14 +95,15 @@ pub struct Config {
     pub max_command_bytes: usize,
     /// This daemon's name: in its logs and metrics, and on the timers it claims for firing.
     /// Keep it stable across restarts (a restarted daemon resumes its own claims at once) and
-    /// unique among daemons sharing a database.
-    pub name: String,
+    /// unique among daemons sharing a database. When unset, see [`Config::daemon_name`].
+    pub name: Option<String>,
     /// How long a claim on a due timer holds: after a daemon dies, others fire its claimed
     /// timers once this has passed.
     #[serde(with = "duration")]
     pub claim_lease: Duration,
     pub nats: NatsSettings,
     pub sqlite: SqliteSettings,
+    pub postgres: PostgresSettings,
     pub supervisor: SupervisorSettings,
     pub http: HttpSettings,
     pub log: LogSettings,
@@ -204,6 +207,7 @@ impl std::fmt::Debug for Config {
             claim_lease,
             nats,
             sqlite,
+            postgres,
             supervisor,
             http,
             log,
@@ -220,6 +224,7 @@ impl std::fmt::Debug for Config {
             .field("claim_lease", claim_lease)
             .field("nats", nats)
             .field("sqlite", sqlite)
+            .field("postgres", postgres)
             .field("supervisor", supervisor)
             .field("http", http)
             .field("log", log)
@@ -237,10 +242,11 @@ impl Default for Config {
             polling_interval: Duration::from_millis(5000),
             batch_size: 100,
             max_command_bytes: 64 * 1024,
-            name: host_name(),
+            name: None,
             claim_lease: Duration::from_secs(30),
             nats: NatsSettings::default(),
             sqlite: SqliteSettings::default(),
+            postgres: PostgresSettings::default(),
             supervisor: SupervisorSettings::default(),
             http: HttpSettings::default(),
             log: LogSettings::default(),
@@ -311,7 +317,7 @@ impl Default for RetentionSettings {
 }
 
 /// The machine's host name, the default daemon name; `timer-service` when it cannot be read.
-fn host_name() -> String {
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|name| name.trim().to_owned())
@@ -371,6 +377,18 @@ impl Config {
         Ok(Loaded { config, warnings })
     }
 
+    /// The daemon's name: the configured one, or else the host name, made unique by a random
+    /// suffix when the database is shared (`shared`: PostgreSQL), where another daemon may run
+    /// on a host of the same name (containers of one image, say). A SQLite file has one daemon,
+    /// and a stable name lets it resume its own claims at once after a restart.
+    pub fn daemon_name(&self, shared: bool) -> DaemonName {
+        match &self.name {
+            Some(name) => DaemonName::Configured(name.clone()),
+            None if shared => DaemonName::Generated(generated_name(&host_name())),
+            None => DaemonName::HostName(host_name()),
+        }
+    }
+
     /// The subjects of this deployment.
     pub fn subjects(&self) -> Subjects {
         Subjects::new(
@@ -396,6 +414,41 @@ impl Config {
     pub fn http_listen(&self) -> Option<SocketAddr> {
         self.http.listen.trim().parse().ok()
     }
+}
+
+/// Where the daemon's name comes from (see [`Config::daemon_name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DaemonName {
+    Configured(String),
+    HostName(String),
+    Generated(String),
+}
+
+impl DaemonName {
+    pub fn as_str(&self) -> &str {
+        match self {
+            DaemonName::Configured(name)
+            | DaemonName::HostName(name)
+            | DaemonName::Generated(name) => name,
+        }
+    }
+
+    /// For the start-up log: where the name comes from.
+    pub fn origin(&self) -> &'static str {
+        match self {
+            DaemonName::Configured(_) => "configured",
+            DaemonName::HostName(_) => "host name",
+            DaemonName::Generated(_) => "host name and a random suffix",
+        }
+    }
+}
+
+/// `host` and six random hex digits, within the 64 characters a name may have.
+fn generated_name(host: &str) -> String {
+    let random = uuid::Uuid::now_v7().simple().to_string();
+    let suffix = &random[random.len() - 6..];
+    let host: String = host.chars().take(64 - 1 - suffix.len()).collect();
+    format!("{host}-{suffix}")
 }
 
 #[cfg(test)]

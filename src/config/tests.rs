@@ -101,11 +101,7 @@ fn missing_file_means_defaults() {
 fn the_shipped_config_file_parses_to_the_defaults() {
     Jail::expect_with(|jail| {
         jail.create_file("config.toml", include_str!("../../config.toml"))?;
-        let expected = Config {
-            name: Config::default().name, // the host name
-            ..Config::default()
-        };
-        assert_eq!(load_in(jail).unwrap(), expected);
+        assert_eq!(load_in(jail).unwrap(), Config::default());
         Ok(())
     });
 }
@@ -245,4 +241,117 @@ fn a_bad_value_or_unknown_key_names_the_key_and_its_source() {
         ),
     ];
     expect_errors(cases);
+}
+
+#[test]
+fn an_unset_name_is_the_host_name_alone_only_on_an_unshared_database() {
+    let config = Config::default();
+    assert_eq!(config.name, None);
+    let host = super::host_name();
+    assert_eq!(
+        config.daemon_name(false),
+        DaemonName::HostName(host.clone())
+    );
+    let (one, two) = (config.daemon_name(true), config.daemon_name(true));
+    assert!(matches!(one, DaemonName::Generated(_)), "{one:?}");
+    assert_ne!(one, two, "each daemon of a shared database picks its own");
+    for name in [&one, &two] {
+        let name = name.as_str();
+        assert!(name.starts_with(&format!("{host}-")), "{name}");
+        super::validate::check_name(name).unwrap();
+    }
+    let configured = Config {
+        name: Some("timers-1".into()),
+        ..Config::default()
+    };
+    assert_eq!(
+        configured.daemon_name(true),
+        DaemonName::Configured("timers-1".into())
+    );
+}
+
+#[test]
+fn a_generated_name_fits_beside_the_longest_host_name() {
+    let host = "h".repeat(64);
+    let name = super::generated_name(&host);
+    assert_eq!(name.len(), 64);
+    super::validate::check_name(&name).unwrap();
+}
+
+#[test]
+fn postgres_limits_are_read_from_file_and_environment_and_checked() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "config.toml",
+            "[postgres]\nstatement_timeout = \"20s\"\nlock_timeout = 2000\n",
+        )?;
+        jail.set_env("TIMER_POSTGRES_OPERATION_TIMEOUT", "30s");
+        jail.set_env("TIMER_POSTGRES_CONNECT_TIMEOUT", "2s");
+        jail.set_env("TIMER_POSTGRES_TCP_KEEPALIVES_COUNT", "4");
+        let config = load_in(jail).unwrap();
+        assert_eq!(config.postgres.statement_timeout, Duration::from_secs(20));
+        assert_eq!(config.postgres.lock_timeout, Duration::from_secs(2));
+        assert_eq!(config.postgres.operation_timeout, Duration::from_secs(30));
+        assert_eq!(config.postgres.connect_timeout, Duration::from_secs(2));
+        assert_eq!(config.postgres.tcp_keepalives_count, 4);
+        assert_eq!(
+            config.postgres.session_options(),
+            [
+                ("statement_timeout", "20000".to_owned()),
+                ("lock_timeout", "2000".to_owned()),
+                ("idle_in_transaction_session_timeout", "20000".to_owned()),
+                ("tcp_keepalives_idle", "10".to_owned()),
+                ("tcp_keepalives_interval", "5".to_owned()),
+                ("tcp_keepalives_count", "4".to_owned()),
+            ]
+        );
+        Ok(())
+    });
+    expect_errors(&[
+        (
+            Some("[postgres]\nstatement_timeout = \"20s\"\n"),
+            &[],
+            &[
+                "postgres.operation_timeout",
+                "must exceed postgres.statement_timeout",
+            ],
+        ),
+        (
+            None,
+            &[("TIMER_POSTGRES_CONNECT_TIMEOUT", "10ms")],
+            &[
+                "postgres.connect_timeout",
+                "TIMER_POSTGRES_CONNECT_TIMEOUT",
+                "minimum",
+            ],
+        ),
+        (
+            None,
+            &[("TIMER_POSTGRES_TCP_KEEPALIVES_IDLE", "1500ms")],
+            &["postgres.tcp_keepalives_idle", "whole seconds"],
+        ),
+        (
+            Some("[postgres]\nlock_timeout = \"soon\"\n"),
+            &[],
+            &["postgres.lock_timeout", "config.toml"],
+        ),
+    ]);
+}
+
+#[test]
+fn zero_keepalives_keep_the_servers_own() {
+    let settings = PostgresSettings {
+        tcp_keepalives_idle: Duration::ZERO,
+        tcp_keepalives_interval: Duration::ZERO,
+        tcp_keepalives_count: 0,
+        ..PostgresSettings::default()
+    };
+    assert_eq!(
+        settings.session_options(),
+        [
+            ("statement_timeout", "10000".to_owned()),
+            ("lock_timeout", "5000".to_owned()),
+            ("idle_in_transaction_session_timeout", "10000".to_owned()),
+        ]
+    );
 }

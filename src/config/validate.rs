@@ -39,7 +39,9 @@ impl Config {
         if self.max_command_bytes < 256 {
             return Err(("max_command_bytes", "must be at least 256".into()));
         }
-        check_name(&self.name).map_err(|e| ("name", e))?;
+        if let Some(name) = &self.name {
+            check_name(name).map_err(|e| ("name", e))?;
+        }
         if self.claim_lease < Duration::from_secs(1) {
             return Err(("claim_lease", "must be at least 1s".into()));
         }
@@ -93,6 +95,7 @@ impl Config {
             ));
         }
         self.nats.validate_auth()?;
+        self.postgres.validate()?;
         Ok(())
     }
 }

@@ -1,9 +1,8 @@
 //! Where SQLite and PostgreSQL differ, in one place: the [`Backend`] trait, implemented once
 //! per database ([`super::sqlite`], [`super::postgres`]). The queries are written once, against
 //! SeaORM; they ask the backend only what differs: how a commit waits (or not) for the disk,
-//! whether one statement is a transaction of its own, how many keys a mark statement takes,
-//! what must be checked of the storage after a write, whether other daemons hold claims, and
-//! the WAL catch-up. A change for one database touches its own file only.
+//! whether one statement is a transaction of its own, what must be checked of the storage after a write, whose clock decides what is due,
+//! and the WAL catch-up. A change for one database touches its own file only.
 
 use std::fmt::Debug;
 
@@ -32,11 +31,10 @@ pub(crate) trait Backend: Debug + Send + Sync {
     /// PostgreSQL, where a relaxed commit is asked for inside its transaction.
     fn statement_is_transaction(&self) -> bool;
 
-    /// Keys per statement that marks fired timers `Reached`.
-    fn keys_per_mark(&self) -> usize;
-
-    /// Whether other daemons share the table, so that their claims on due timers exist.
-    fn shared(&self) -> bool;
+    /// Whether several daemons share the table, so that the database server's clock, not
+    /// the caller's, decides what is due and when a claim lapses (its firing path then is
+    /// `postgres::firing`).
+    fn server_clock(&self) -> bool;
 
     /// Fails when what was just committed may not be where the store reads from (a file
     /// removed or replaced while open).

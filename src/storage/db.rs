@@ -18,7 +18,7 @@ use sea_orm::sqlx::sqlite::{
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, SqlxSqliteConnector, Statement};
 
-pub use crate::config::{SqliteSettings, Synchronous};
+pub use crate::config::{PostgresSettings, SqliteSettings, Synchronous};
 
 impl From<Synchronous> for SqliteSynchronous {
     fn from(s: Synchronous) -> Self {
@@ -159,19 +159,34 @@ impl std::fmt::Debug for DatabaseTarget {
     }
 }
 
-/// Opens the existing database; `pool` is the most PostgreSQL connections to hold (SQLite is
-/// always one).
+/// Opens the existing database with the default PostgreSQL settings; `pool` is the most
+/// PostgreSQL connections to hold (SQLite is always one).
 pub async fn connect(target: &DatabaseTarget, pool: u32) -> Result<DatabaseConnection, DbErr> {
+    connect_with(target, pool, &PostgresSettings::default()).await
+}
+
+/// Opens the existing database; on PostgreSQL every connection of the pool is opened within
+/// `postgres.connect_timeout` and carries the server-side limits and keepalives of
+/// `postgres` as session settings (see [`PostgresSettings::session_options`]).
+pub async fn connect_with(
+    target: &DatabaseTarget,
+    pool: u32,
+    postgres: &PostgresSettings,
+) -> Result<DatabaseConnection, DbErr> {
     match target {
         DatabaseTarget::Sqlite { path, settings } => open(path, settings, false).await,
         DatabaseTarget::Postgres { url } => {
             let mut options = sea_orm::ConnectOptions::new(url.clone());
+            let session = postgres.session_options();
+            // sqlx bounds the opening of a connection (and its retries while the server
+            // refuses) by the pool's acquire timeout only; SeaORM's `connect_timeout` sets the
+            // same, so one value serves both.
             options
                 .max_connections(pool.max(1))
                 .min_connections(1)
-                .connect_timeout(Duration::from_secs(10))
-                .acquire_timeout(Duration::from_secs(30))
-                .sqlx_logging(false);
+                .acquire_timeout(postgres.connect_timeout)
+                .sqlx_logging(false)
+                .map_sqlx_postgres_opts(move |opts| opts.options(session.clone()));
             sea_orm::Database::connect(options).await
         }
     }
@@ -246,13 +261,27 @@ fn create_owner_only(path: &Path) -> Result<bool, DbErr> {
     }
 }
 
+/// Brings the schema up to date with the default PostgreSQL settings (see [`migrate_with`]).
+pub async fn migrate(target: &DatabaseTarget) -> Result<(), DbErr> {
+    migrate_with(target, &PostgresSettings::default()).await
+}
+
 /// Brings the schema up to date, creating the SQLite file when absent. On PostgreSQL, daemons
 /// starting together take turns (an advisory lock, on the one connection migrations use):
 /// concurrent `CREATE TABLE`s of the same table fail there.
 ///
+/// A PostgreSQL server that cannot be reached (refusing, frozen, starting up) is waited for,
+/// one attempt after another, as the broker is: a daemon started before its database (or
+/// during its restart) comes up by itself. Any other error (a bad password, no such database)
+/// stops start-up. The migration's own statements have no time limit: the advisory lock is
+/// held while another daemon migrates, and a migration of a large table may take long.
+///
 /// Logs what it opened: a relative `db_path` read from another working directory would
 /// otherwise create a new, empty database unnoticed.
-pub async fn migrate(target: &DatabaseTarget) -> Result<(), DbErr> {
+pub async fn migrate_with(
+    target: &DatabaseTarget,
+    postgres: &PostgresSettings,
+) -> Result<(), DbErr> {
     match target {
         DatabaseTarget::Sqlite { path, settings } => {
             let created = create_owner_only(path)?;
@@ -265,7 +294,22 @@ pub async fn migrate(target: &DatabaseTarget) -> Result<(), DbErr> {
             db.close().await
         }
         DatabaseTarget::Postgres { .. } => {
-            let db = connect(target, 1).await?;
+            let unlimited = PostgresSettings {
+                statement_timeout: Duration::ZERO,
+                lock_timeout: Duration::ZERO,
+                ..postgres.clone()
+            };
+            let db = loop {
+                match connect_with(target, 1, &unlimited).await {
+                    Ok(db) => break db,
+                    Err(e) if unreachable(&e) => {
+                        tracing::warn!(url = %target.describe(), error = %e,
+                            "database not reachable; waiting for it");
+                        tokio::time::sleep(UNREACHABLE_RETRY).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
             tracing::info!(url = %target.describe(), "database opened");
             db.execute_unprepared(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
                 .await?;
@@ -278,4 +322,16 @@ pub async fn migrate(target: &DatabaseTarget) -> Result<(), DbErr> {
             db.close().await
         }
     }
+}
+
+/// Pause between two attempts to reach a PostgreSQL server at start-up (each attempt itself
+/// lasts up to `connect_timeout`).
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(1);
+
+/// Whether opening a connection failed for want of a server that answers (refused, timed out,
+/// reset), rather than one that answered no.
+fn unreachable(error: &DbErr) -> bool {
+    use sea_orm::sqlx::Error;
+    matches!(error, DbErr::Conn(sea_orm::RuntimeErr::SqlxError(e))
+        if matches!(**e, Error::PoolTimedOut | Error::Io(_)))
 }

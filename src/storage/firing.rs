@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, Query, SelectStatement};
+use sea_orm::sea_query::{Expr, ExprTrait, Query, SelectStatement};
 use sea_orm::{ColumnTrait, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect};
 
 use super::entity::{Column, Entity};
 use super::rows::{due_from_model, parse_optional_time};
-use super::{Claimant, DueBatch, PENDING, Store, StoreError};
+use super::{Claimant, DueBatch, PENDING, ROWS_PER_STATEMENT, Store, StoreError};
 use crate::domain::timestamp::format_utc;
 use crate::domain::{DuePosition, DueTimer, TimerState};
 
@@ -34,8 +34,9 @@ pub fn due_query(
     due
 }
 
-/// See [`Store::claim_due`]. Claims lock with `FOR UPDATE SKIP LOCKED` where the backend can
-/// (several daemons share the table there); SQLite has one writer and needs no lock.
+/// See [`Store::claim_due`]. Where daemons share the table, the server's clock decides and
+/// the statements are `postgres::firing`'s; here, `now` is the clock, and SQLite's one writer
+/// needs no lock.
 pub(super) async fn claim_due(
     store: &Store,
     now: DateTime<Utc>,
@@ -43,9 +44,12 @@ pub(super) async fn claim_due(
     limit: usize,
     claimant: &Claimant,
 ) -> Result<DueBatch, StoreError> {
+    if store.postgres() {
+        let now = (!store.server_clock()).then_some(now);
+        return super::postgres::firing::claim_due(store, now, after, limit, claimant).await;
+    }
     let until = now + chrono::Duration::from_std(claimant.lease).unwrap_or_default();
-    let mut picked = due_query(now, after, &claimant.name, limit);
-    picked.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+    let picked = due_query(now, after, &claimant.name, limit);
     let claim = Entity::update_many()
         .col_expr(Column::ClaimedBy, Expr::value(claimant.name.clone()))
         .col_expr(Column::ClaimUntil, Expr::value(format_utc(until)))
@@ -74,43 +78,15 @@ pub(super) async fn claim_due(
         .collect::<Result<Vec<_>, _>>()?;
     timers.sort_by_key(|t| t.position());
     let next_due_at = if timers.len() < limit {
-        let next_due = next_due_after(store, now).await?;
-        let next_lapse = if store.backend.shared() {
-            next_claim_lapse(store, now, &claimant.name).await?
-        } else {
-            None
-        };
-        next_due.into_iter().chain(next_lapse).min()
+        next_due_after(store, now).await?
     } else {
         None
     };
     Ok(DueBatch {
         timers,
         next_due_at,
+        server_now: None,
     })
-}
-
-/// When the earliest live claim of another daemon on a due timer lapses: if that daemon
-/// died, this one takes the timer over then, not at its next tick.
-async fn next_claim_lapse(
-    store: &Store,
-    now: DateTime<Utc>,
-    claimant: &str,
-) -> Result<Option<DateTime<Utc>>, StoreError> {
-    let now_text = format_utc(now);
-    let earliest: Option<Option<String>> = Entity::find()
-        .select_only()
-        .column(Column::ClaimUntil)
-        .filter(Expr::cust(PENDING))
-        .filter(Column::DueAt.lte(now_text.clone()))
-        .filter(Column::ClaimedBy.ne(claimant))
-        .filter(Column::ClaimUntil.gte(now_text))
-        .order_by_asc(Column::ClaimUntil)
-        .limit(1)
-        .into_tuple()
-        .one(&store.db)
-        .await?;
-    parse_optional_time("claim_until", earliest.flatten())
 }
 
 /// The earliest `due_at` of any `Scheduled` timer due after `now`.
@@ -140,6 +116,9 @@ pub(super) async fn mark_reached(
     if batches.iter().all(|(fired, _)| fired.is_empty()) {
         return Ok(0);
     }
+    if store.postgres() {
+        return super::postgres::firing::mark_reached(store, batches).await;
+    }
     // Losing a `Reached` mark to a power cut only means the event is published again (the
     // contract allows duplicates, and the broker drops one inside its window), so this
     // commit does not wait for an fsync. The next command batch, committed with the
@@ -151,7 +130,7 @@ pub(super) async fn mark_reached(
             .or_default()
             .extend(fired.iter());
     }
-    let keys_per_statement = store.backend.keys_per_mark();
+    let keys_per_statement = ROWS_PER_STATEMENT;
     // No BEGIN and COMMIT round trips where one statement is a transaction of its own.
     let one_statement = store.backend.statement_is_transaction()
         && by_instant.len() == 1

@@ -39,17 +39,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr, TransactionTrait};
+use sea_orm::{
+    DatabaseConnection, DatabaseTransaction, DbErr, RuntimeErr, SqlxPostgresError, SqlxSqliteError,
+    TransactionTrait,
+};
 
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use backend::Backend;
-use db::{DatabaseTarget, connect};
+use db::{DatabaseTarget, connect_with};
 use postgres::Postgres;
 use sqlite::Sqlite;
 
-pub use db::{SqliteSettings, Synchronous};
-pub use probe::MIN_FREE_BYTES;
+pub use db::{PostgresSettings, SqliteSettings, Synchronous};
+pub use probe::{MIN_FREE_BYTES, NameHold};
 
 /// Rows per statement: 11 bound values per upserted row stays far below SQLite's limit of
 /// 32,766 variables.
@@ -78,6 +81,11 @@ pub enum StoreError {
         service_call_id: String,
         reason: String,
     },
+    #[error(
+        "daemon name {name:?} is held by another daemon (instance {holder}); this one no longer \
+         records itself under it"
+    )]
+    NameTaken { name: String, holder: String },
 }
 
 impl StoreError {
@@ -87,16 +95,65 @@ impl StoreError {
     /// driver's idea of it can differ from SQLite's: its next `BEGIN` then became a `SAVEPOINT`
     /// inside a transaction that never committed, and every later "commit" wrote nothing to
     /// disk while reporting success. Closing the connection rolls back whatever is open.
+    ///
+    /// A row the database refused (see [`Self::refused_row`]) leaves it working: its
+    /// statement failed and its transaction rolled back, so the connection is kept and the
+    /// daemon stays ready.
     pub fn needs_reopen(&self) -> bool {
         !matches!(
             self,
             StoreError::CorruptRow { .. } | StoreError::StaleStream(_)
-        )
+        ) && self.refused_row().is_none()
+    }
+
+    /// The database's own reason when it refused the data of a row (a value it cannot store,
+    /// a constraint it breaks) rather than failing as a whole, `None` otherwise. Only such an
+    /// error may reject a command: anything else (no connection, a full disk, a lock, a
+    /// timeout, a moved file) is an outage, to be waited out with every command kept. The one
+    /// place where the two are told apart.
+    pub fn refused_row(&self) -> Option<&str> {
+        let StoreError::Db(
+            DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)),
+        ) = self
+        else {
+            return None;
+        };
+        let sea_orm::sqlx::Error::Database(e) = &**e else {
+            return None;
+        };
+        let refused = if let Some(pg) = e.try_downcast_ref::<SqlxPostgresError>() {
+            postgres_refuses_row(pg.code())
+        } else if e.try_downcast_ref::<SqlxSqliteError>().is_some() {
+            e.code()
+                .and_then(|code| code.parse().ok())
+                .is_some_and(sqlite_refuses_row)
+        } else {
+            false
+        };
+        refused.then(|| e.message())
     }
 }
 
+/// Whether a PostgreSQL SQLSTATE is about the data of a row: class 22 (data exception: a
+/// value out of range, a character the encoding lacks), 23 (integrity constraint violation)
+/// or 54 (program limit exceeded: an index row too large). Connection, resource (53: disk
+/// full), operator (57: a cancelled statement) and transaction (40) classes are outages.
+fn postgres_refuses_row(sqlstate: &str) -> bool {
+    matches!(sqlstate.get(..2), Some("22" | "23" | "54"))
+}
+
+/// Whether a SQLite (extended) result code is about the data of a row: SQLITE_CONSTRAINT (a
+/// check, a trigger's `RAISE(ABORT)`, a type in a STRICT table), SQLITE_TOOBIG or
+/// SQLITE_MISMATCH. Busy, locked, I/O, full and read-only codes are outages.
+fn sqlite_refuses_row(code: i32) -> bool {
+    const TOOBIG: i32 = 18;
+    const CONSTRAINT: i32 = 19;
+    const MISMATCH: i32 = 20;
+    matches!(code & 0xff, TOOBIG | CONSTRAINT | MISMATCH)
+}
+
 /// A batch of due timers, and when the next one falls due.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DueBatch {
     /// Due timers in firing order, at most the limit asked for, each now claimed.
     pub timers: Vec<DueTimer>,
@@ -104,6 +161,11 @@ pub struct DueBatch {
     /// another daemon's claim on a due timer if sooner. Looked up when the batch is not full
     /// (nothing more is due now), so that the caller need not ask again to learn it.
     pub next_due_at: Option<DateTime<Utc>>,
+    /// The instant the claim was decided at by the database server's clock, where that clock
+    /// decides what is due (PostgreSQL); `None` where the caller's `now` did (SQLite). The
+    /// caller plans its wake-ups against this clock, so that its own clock's error does not
+    /// move them.
+    pub server_now: Option<DateTime<Utc>>,
 }
 
 /// Who claims due timers, and for how long: a claim keeps other daemons (and a racing cancel)
@@ -121,13 +183,47 @@ pub struct Claimant {
 pub struct Store {
     db: DatabaseConnection,
     backend: Arc<dyn Backend>,
+    /// Whether the `now` a caller passes decides what is due even where the server's clock
+    /// would (see [`Self::with_callers_clock`]).
+    callers_clock: bool,
 }
 
 impl Store {
     /// Opens the existing database. The schema must already be migrated.
     pub async fn open(target: &DatabaseTarget) -> Result<Self, StoreError> {
-        let (db, backend) = open_backend(target).await?;
-        Ok(Self { db, backend })
+        Self::open_with(target, &PostgresSettings::default()).await
+    }
+
+    /// Opens the existing database with the given PostgreSQL limits (unused on SQLite).
+    pub async fn open_with(
+        target: &DatabaseTarget,
+        postgres: &PostgresSettings,
+    ) -> Result<Self, StoreError> {
+        let (db, backend) = open_backend(target, postgres).await?;
+        Ok(Self {
+            db,
+            backend,
+            callers_clock: false,
+        })
+    }
+
+    /// The same store, with the `now` its callers pass deciding what is due, when claims lapse
+    /// and what is old enough to delete, on PostgreSQL too: for tests of the rules at instants
+    /// they choose. A daemon never uses it: on PostgreSQL the server's clock is the one clock.
+    pub fn with_callers_clock(mut self) -> Self {
+        self.callers_clock = true;
+        self
+    }
+
+    /// Whether the database server's clock decides what is due (PostgreSQL, unless
+    /// [`Self::with_callers_clock`]).
+    fn server_clock(&self) -> bool {
+        self.backend.server_clock() && !self.callers_clock
+    }
+
+    /// Whether the firing path is `postgres::firing`'s set-based statements.
+    fn postgres(&self) -> bool {
+        self.backend.server_clock()
     }
 
     pub async fn close(self) -> Result<(), StoreError> {
@@ -163,11 +259,14 @@ impl Store {
         commands::cancel(self, command).await
     }
 
-    /// Claims up to `limit` `Scheduled` timers with `due_at <= now` in firing order — starting
+    /// Claims up to `limit` `Scheduled` timers with `due_at <= now` in firing order (`now` is
+    /// the caller's clock on SQLite; on PostgreSQL, shared by daemons whose clocks may
+    /// disagree, it is the database server's, see `postgres::firing`) — starting
     /// after `after` when given (the last timer the caller has in flight) and skipping those
     /// another daemon holds a live claim on — and, when no more are due, finds the next `dueAt` to
     /// wake up for. The claim is what "picked for firing" means: committed, so a cancel arriving
-    /// after it comes too late, and with several daemons no two publish the same timer.
+    /// after it comes too late, and with several daemons no two publish the same timer. Refused
+    /// while another daemon holds the claimant's name (see [`Self::probe`]).
     pub async fn claim_due(
         &self,
         now: DateTime<Utc>,
@@ -175,10 +274,12 @@ impl Store {
         limit: usize,
         claimant: &Claimant,
     ) -> Result<DueBatch, StoreError> {
+        probe::check_name_held(&claimant.name)?;
         firing::claim_due(self, now, after, limit, claimant).await
     }
 
-    /// Marks published batches `Reached`, each at its own `reached_at`, in one transaction. A
+    /// Marks published batches `Reached`, each at its own `reached_at` (the instant its claim
+    /// was decided, by the store's clock: see [`DueBatch::now`]), in one transaction. A
     /// row whose `due_at` changed since it was claimed (rescheduled while its event was in
     /// flight) is left `Scheduled`, so the new `dueAt` still fires. Returns the number of rows
     /// marked.
@@ -219,20 +320,40 @@ impl Store {
         queries::stats(self, tenant_id, now).await
     }
 
-    /// Deletes up to `limit` finished timers (`Reached` or `Cancelled`) that finished before
-    /// `cutoff`, oldest first, in one short transaction; returns how many. Never a pending one.
+    /// Deletes up to `limit` finished timers (`Reached` or `Cancelled`) that finished more than
+    /// `keep` before now (`now` on SQLite, the server's clock on PostgreSQL, which stamped
+    /// `reached_at`), oldest first, in one short transaction; returns how many. Never a
+    /// pending one.
     pub async fn delete_finished(
         &self,
-        cutoff: DateTime<Utc>,
+        now: DateTime<Utc>,
+        keep: Duration,
         limit: usize,
     ) -> Result<u64, StoreError> {
-        retention::delete_finished(self, cutoff, limit).await
+        retention::delete_finished(self, now, keep, limit).await
     }
 
     /// Proves the database accepts this daemon's writes: the file is still the one opened, its
     /// filesystem has room, and a small write (`daemons.seen_at`) commits. The health probe.
+    /// Also proves the daemon still holds its name: the write is made only while the row is this
+    /// process's, and fails when another daemon has taken the name (see [`Self::take_name`]).
     pub async fn probe(&self, daemon: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
         probe::probe(self, daemon, now).await
+    }
+
+    /// Takes `name` for this process (see [`daemons::instance`]) unless a live daemon holds
+    /// it. On PostgreSQL, where daemons share the table, a row another instance wrote within
+    /// `watch` (by the server's clock) is watched for up to `watch`: written again, its holder
+    /// lives and the name stays its; not written, its holder is dead and the name is taken. On
+    /// SQLite, one daemon per file, the name is taken at once.
+    pub async fn take_name(&self, name: &str, watch: Duration) -> Result<NameHold, StoreError> {
+        probe::take_name(self, name, watch).await
+    }
+
+    /// Gives up `name` if this process holds it, so that a daemon started next under it takes
+    /// it without watching: at a graceful stop.
+    pub async fn release_name(&self, name: &str) -> Result<(), StoreError> {
+        probe::release_name(self, name).await
     }
 
     /// Pending timers in all. Walks the pending index, so it runs on a connection of its own,
@@ -285,16 +406,118 @@ impl Store {
 /// Opens the existing database at `target` and the backend that goes with it.
 async fn open_backend(
     target: &DatabaseTarget,
+    postgres: &PostgresSettings,
 ) -> Result<(DatabaseConnection, Arc<dyn Backend>), StoreError> {
     match target {
         DatabaseTarget::Sqlite { path, settings } => {
-            let db = connect(target, 1).await?;
+            let db = connect_with(target, 1, postgres).await?;
             let backend = Sqlite::open(&db, path, settings).await?;
             Ok((db, Arc::new(backend)))
         }
         DatabaseTarget::Postgres { .. } => {
-            let db = connect(target, Postgres::POOL).await?;
+            let db = connect_with(target, Postgres::POOL, postgres).await?;
             Ok((db, Arc::new(Postgres)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::{ConnectOptions, ConnectionTrait, Database};
+
+    use super::*;
+
+    #[test]
+    fn postgres_data_classes_refuse_a_row_and_the_rest_are_outages() {
+        // Value too long, a character the encoding lacks, NUL in text, unique, check, index
+        // row too large.
+        for code in ["22001", "22021", "22P05", "23505", "23514", "54000"] {
+            assert!(postgres_refuses_row(code), "{code}");
+        }
+        // Connection lost, disk full, statement cancelled (a timeout), server shutting down,
+        // serialization failure, deadlock, aborted transaction, internal error, no table.
+        for code in [
+            "08006", "53100", "57014", "57P01", "40001", "40P01", "25P02", "XX000", "42P01", "",
+        ] {
+            assert!(!postgres_refuses_row(code), "{code}");
+        }
+    }
+
+    #[test]
+    fn sqlite_data_codes_refuse_a_row_and_the_rest_are_outages() {
+        // Trigger RAISE(ABORT), CHECK, UNIQUE, STRICT datatype, TOOBIG, MISMATCH.
+        for code in [1811, 275, 2067, 3091, 18, 20] {
+            assert!(sqlite_refuses_row(code), "{code}");
+        }
+        // ERROR, BUSY, BUSY_SNAPSHOT, LOCKED, READONLY, IOERR, IOERR_WRITE, CORRUPT, FULL,
+        // CANTOPEN, NOTADB.
+        for code in [1, 5, 517, 6, 8, 10, 778, 11, 13, 14, 26] {
+            assert!(!sqlite_refuses_row(code), "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_row_sqlite_refuses_is_told_apart_from_an_outage() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+        let connect = || {
+            let mut options = ConnectOptions::new(url.clone());
+            options.max_connections(1).sqlx_logging(false);
+            Database::connect(options)
+        };
+        let db = connect().await.unwrap();
+        db.execute_unprepared("CREATE TABLE t (x TEXT NOT NULL CHECK (x <> 'poison'))")
+            .await
+            .unwrap();
+
+        let refused = StoreError::from(
+            db.execute_unprepared("INSERT INTO t VALUES ('ok'), ('poison')")
+                .await
+                .unwrap_err(),
+        );
+        let reason = refused.refused_row().expect("a refused row");
+        assert!(reason.contains("CHECK constraint failed"), "{reason}");
+        assert!(!refused.needs_reopen());
+
+        // A statement that fails as a whole, not because of a row.
+        let broken = StoreError::from(
+            db.execute_unprepared("INSERT INTO missing VALUES (1)")
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(broken.refused_row(), None);
+
+        // SQLite busy: another connection holds the write lock.
+        let txn = db.begin().await.unwrap();
+        txn.execute_unprepared("INSERT INTO t VALUES ('held')")
+            .await
+            .unwrap();
+        let other = connect().await.unwrap();
+        other
+            .execute_unprepared("PRAGMA busy_timeout = 0")
+            .await
+            .unwrap();
+        let busy = StoreError::from(
+            other
+                .execute_unprepared("INSERT INTO t VALUES ('poison')")
+                .await
+                .unwrap_err(),
+        );
+        assert!(busy.to_string().contains("locked"), "{busy}");
+        assert_eq!(busy.refused_row(), None);
+        assert!(busy.needs_reopen());
+        txn.rollback().await.unwrap();
+
+        for outage in [
+            StoreError::Unavailable("connection refused".into()),
+            StoreError::FileMoved {
+                path: "t.db".into(),
+                reason: "replaced".into(),
+            },
+            StoreError::Db(DbErr::Conn(RuntimeErr::Internal("timed out".into()))),
+        ] {
+            assert_eq!(outage.refused_row(), None, "{outage}");
+            assert!(outage.needs_reopen(), "{outage}");
         }
     }
 }

@@ -6,6 +6,31 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 use super::StoreError;
 use super::backend::Backend;
 
+/// An instant of the server's clock (SQL) as the service's fixed-width text
+/// (`YYYY-MM-DDTHH:MM:SS.sssZ`), so it compares with the stored instants. `MS` truncates to the
+/// millisecond, so a timer due at `.124` is due once the clock reads `.124000` or later: never
+/// early. The one place the format is written in SQL.
+macro_rules! server_text {
+    ($instant:expr) => {
+        concat!(
+            "to_char((",
+            $instant,
+            ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+        )
+    };
+}
+
+pub(super) mod firing;
+
+/// The server's clock now: `seen_at` of the daemons' rows.
+pub(super) const SERVER_NOW: &str = server_text!("statement_timestamp()");
+
+/// The server's clock `$1` milliseconds ago: the retention cutoff (by the clock that stamped
+/// `reached_at`), and how recently a daemon's row must have been written for its holder to be
+/// possibly alive.
+pub(super) const SERVER_TIME_BEFORE: &str =
+    server_text!("statement_timestamp() - $1 * interval '1 millisecond'");
+
 /// PostgreSQL: the server's durability and files are its own business.
 #[derive(Debug)]
 pub(crate) struct Postgres;
@@ -13,11 +38,6 @@ pub(crate) struct Postgres;
 impl Postgres {
     /// Connections a store holds; its actor runs one transaction at a time.
     pub(crate) const POOL: u32 = 2;
-
-    /// Keys per `Reached` mark statement: the planner expands `(a, b, c) IN (…)` into one OR
-    /// branch per key and takes time growing with the square of their number (see
-    /// BENCHMARKS.md, "PostgreSQL").
-    const KEYS_PER_MARK: usize = 50;
 }
 
 #[async_trait::async_trait]
@@ -39,11 +59,7 @@ impl Backend for Postgres {
         false
     }
 
-    fn keys_per_mark(&self) -> usize {
-        Self::KEYS_PER_MARK
-    }
-
-    fn shared(&self) -> bool {
+    fn server_clock(&self) -> bool {
         true
     }
 

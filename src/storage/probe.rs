@@ -1,10 +1,15 @@
 //! What the daemon learns of its database's health: the probe (a small write that must
 //! commit, on storage that must still be the one opened and have room) and the count of
-//! pending timers.
+//! pending timers. Also the daemon's hold on its name: the probe's row says which process
+//! holds it (see [`daemons::instance`]).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, OnConflict};
-use sea_orm::{ActiveValue::Set, EntityTrait, QueryFilter, QuerySelect};
+use sea_orm::sea_query::{Expr, ExprTrait, OnConflict, Query, SimpleExpr};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
 
 use super::entity::Entity;
 use super::{PENDING, Store, StoreError, daemons};
@@ -14,7 +19,39 @@ use crate::domain::timestamp::format_utc;
 /// WAL's reused pages, but the next batch of timers will not (README, "Storage faults").
 pub const MIN_FREE_BYTES: u64 = 16 * 1024 * 1024;
 
-/// See [`Store::probe`].
+/// How often a daemon taking a name held by another instance reads its row again.
+const WATCH_STEP: Duration = Duration::from_millis(250);
+
+/// How a daemon came to hold its name (see [`Store::take_name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameHold {
+    /// Taken, after watching the row of a previous holder for `waited` (zero when the name was
+    /// free, this process's, or its holder long silent).
+    Taken { waited: Duration },
+    /// A live daemon holds it: its probe kept writing the row.
+    Held { holder: String },
+}
+
+/// Names whose row another instance holds, as this process's probe last found, with that
+/// instance: this process claims no timer under them meanwhile, since the other daemon takes
+/// the timers claimed under its name for its own.
+static LOST: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+
+/// Fails when this process's probe found `name` held by another instance (see [`LOST`]).
+pub(super) fn check_name_held(name: &str) -> Result<(), StoreError> {
+    let lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+    match lost.get(name) {
+        Some(holder) => Err(StoreError::NameTaken {
+            name: name.to_owned(),
+            holder: holder.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// See [`Store::probe`]. Writes the row only while this process holds the name: if another
+/// has taken it, two daemons run under one name, and the probe fails (readiness goes red) as
+/// do this daemon's claims until the name is its own again.
 pub(super) async fn probe(
     store: &Store,
     daemon: &str,
@@ -22,19 +59,215 @@ pub(super) async fn probe(
 ) -> Result<(), StoreError> {
     store.backend.check_written()?;
     store.backend.check_room()?;
-    let row = daemons::ActiveModel {
-        name: Set(daemon.to_owned()),
-        seen_at: Set(format_utc(now)),
+    let mine = daemons::instance();
+    let written = daemons::Entity::update_many()
+        .col_expr(daemons::Column::SeenAt, now_expr(store, now))
+        .filter(daemons::Column::Name.eq(daemon))
+        .filter(daemons::Column::Instance.eq(mine))
+        .exec(&store.db)
+        .await?
+        .rows_affected;
+    // No row of this process: the name is new to the database (or its row was deleted by
+    // hand), unless another process holds it now.
+    if written == 0 && !insert_if_absent(store, daemon, now).await? {
+        let holder = holder(store, daemon).await?;
+        tracing::error!(name = daemon, holder = %holder, instance = mine,
+            "another daemon has taken this daemon's name: both treat the timers claimed under \
+             it as their own; stop one of them (this one is not ready)");
+        LOST.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(daemon.to_owned(), holder.clone());
+        return Err(StoreError::NameTaken {
+            name: daemon.to_owned(),
+            holder,
+        });
+    }
+    LOST.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(daemon);
+    store.backend.check_written()
+}
+
+/// See [`Store::take_name`].
+pub(super) async fn take_name(
+    store: &Store,
+    name: &str,
+    watch: Duration,
+) -> Result<NameHold, StoreError> {
+    let taken = NameHold::Taken {
+        waited: Duration::ZERO,
     };
-    daemons::Entity::insert(row)
+    if !store.backend.server_clock() {
+        // One daemon per SQLite file, whose writer lock keeps out any other.
+        let row = daemons::ActiveModel {
+            name: sea_orm::ActiveValue::Set(name.to_owned()),
+            seen_at: sea_orm::ActiveValue::Set(format_utc(Utc::now())),
+            instance: sea_orm::ActiveValue::Set(Some(daemons::instance().to_owned())),
+        };
+        daemons::Entity::insert(row)
+            .on_conflict(
+                OnConflict::column(daemons::Column::Name)
+                    .update_columns([daemons::Column::SeenAt, daemons::Column::Instance])
+                    .to_owned(),
+            )
+            .exec_without_returning(&store.db)
+            .await?;
+        return Ok(taken);
+    }
+    // A few rounds: each ends when the row changed under this one's feet.
+    for _ in 0..3 {
+        let Some(row) = read(store, name, watch).await? else {
+            if insert_if_absent(store, name, Utc::now()).await? {
+                return Ok(taken);
+            }
+            continue;
+        };
+        if row.instance.as_deref() == Some(daemons::instance()) || !row.recent {
+            if replace(store, name, &row).await? {
+                return Ok(taken);
+            }
+            continue;
+        }
+        // Held by another instance that wrote recently: alive if its probe writes again.
+        let started = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(WATCH_STEP).await;
+            match read(store, name, watch).await? {
+                None => break,
+                Some(now) if now.instance != row.instance || now.seen_at != row.seen_at => {
+                    return Ok(NameHold::Held {
+                        holder: now.instance.unwrap_or_else(|| "unrecorded".into()),
+                    });
+                }
+                Some(_) if started.elapsed() >= watch => {
+                    if replace(store, name, &row).await? {
+                        return Ok(NameHold::Taken {
+                            waited: started.elapsed(),
+                        });
+                    }
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(NameHold::Held {
+        holder: holder(store, name).await?,
+    })
+}
+
+/// See [`Store::release_name`].
+pub(super) async fn release_name(store: &Store, name: &str) -> Result<(), StoreError> {
+    daemons::Entity::delete_many()
+        .filter(daemons::Column::Name.eq(name))
+        .filter(daemons::Column::Instance.eq(daemons::instance()))
+        .exec(&store.db)
+        .await?;
+    Ok(())
+}
+
+/// A name's row as a daemon taking it sees it.
+struct Row {
+    instance: Option<String>,
+    seen_at: String,
+    /// Written within the watch by the server's clock: its holder may be alive.
+    recent: bool,
+}
+
+/// The row of `name`, if any (PostgreSQL).
+async fn read(store: &Store, name: &str, watch: Duration) -> Result<Option<Row>, StoreError> {
+    let watch_ms = i64::try_from(watch.as_millis()).unwrap_or(i64::MAX);
+    let recent = Expr::col(daemons::Column::SeenAt).gte(Expr::cust_with_values(
+        super::postgres::SERVER_TIME_BEFORE,
+        [watch_ms],
+    ));
+    let row: Option<(Option<String>, String, bool)> = daemons::Entity::find()
+        .select_only()
+        .column(daemons::Column::Instance)
+        .column(daemons::Column::SeenAt)
+        .column_as(recent, "recent")
+        .filter(daemons::Column::Name.eq(name))
+        .into_tuple()
+        .one(&store.db)
+        .await?;
+    Ok(row.map(|(instance, seen_at, recent)| Row {
+        instance,
+        seen_at,
+        recent,
+    }))
+}
+
+/// Takes the name from the holder `row` names, unless the row changed since it was read.
+async fn replace(store: &Store, name: &str, row: &Row) -> Result<bool, StoreError> {
+    let holder = match &row.instance {
+        Some(instance) => daemons::Column::Instance.eq(instance.as_str()),
+        None => daemons::Column::Instance.is_null(),
+    };
+    let replaced = daemons::Entity::update_many()
+        .col_expr(
+            daemons::Column::Instance,
+            Expr::value(daemons::instance().to_owned()),
+        )
+        .col_expr(daemons::Column::SeenAt, now_expr(store, Utc::now()))
+        .filter(daemons::Column::Name.eq(name))
+        .filter(daemons::Column::SeenAt.eq(row.seen_at.as_str()))
+        .filter(holder)
+        .exec(&store.db)
+        .await?
+        .rows_affected;
+    Ok(replaced == 1)
+}
+
+/// Records the name as this process's if no row holds it; whether it did.
+async fn insert_if_absent(
+    store: &Store,
+    name: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let mut insert = Query::insert();
+    insert
+        .into_table(daemons::Entity)
+        .columns([
+            daemons::Column::Name,
+            daemons::Column::Instance,
+            daemons::Column::SeenAt,
+        ])
+        .values_panic([
+            Expr::value(name.to_owned()),
+            Expr::value(daemons::instance().to_owned()),
+            now_expr(store, now),
+        ])
         .on_conflict(
             OnConflict::column(daemons::Column::Name)
-                .update_column(daemons::Column::SeenAt)
+                .do_nothing()
                 .to_owned(),
-        )
-        .exec_without_returning(&store.db)
+        );
+    let inserted = store.db.execute(&insert).await?.rows_affected();
+    Ok(inserted == 1)
+}
+
+/// The instance holding `name`, for messages.
+async fn holder(store: &Store, name: &str) -> Result<String, StoreError> {
+    let instance: Option<Option<String>> = daemons::Entity::find()
+        .select_only()
+        .column(daemons::Column::Instance)
+        .filter(daemons::Column::Name.eq(name))
+        .into_tuple()
+        .one(&store.db)
         .await?;
-    store.backend.check_written()
+    Ok(instance
+        .flatten()
+        .unwrap_or_else(|| "unrecorded".to_owned()))
+}
+
+/// Now, for `seen_at`: the database server's clock where daemons share it (their own clocks
+/// may disagree), the daemon's on SQLite.
+fn now_expr(store: &Store, now: DateTime<Utc>) -> SimpleExpr {
+    if store.backend.server_clock() {
+        Expr::cust(super::postgres::SERVER_NOW)
+    } else {
+        Expr::value(format_utc(now))
+    }
 }
 
 /// See [`Store::count_pending`].

@@ -2,9 +2,11 @@
 //! first, in short transactions that commit without waiting for the disk (a lost delete costs
 //! nothing but doing it again).
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
-use sea_orm::{ColumnTrait, EntityTrait, Order, QueryFilter};
+use sea_orm::{EntityTrait, Order, QueryFilter};
 
 use super::entity::{Column, Entity};
 use super::{Store, StoreError};
@@ -14,10 +16,22 @@ use crate::domain::timestamp::format_utc;
 /// See [`Store::delete_finished`].
 pub(super) async fn delete_finished(
     store: &Store,
-    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+    keep: Duration,
     limit: usize,
 ) -> Result<u64, StoreError> {
-    let cutoff = format_utc(cutoff);
+    let cutoff = if store.server_clock() {
+        let keep_ms = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+        Expr::cust_with_values(super::postgres::SERVER_TIME_BEFORE, [keep_ms])
+    } else {
+        let Some(cutoff) = chrono::Duration::from_std(keep)
+            .ok()
+            .and_then(|keep| now.checked_sub_signed(keep))
+        else {
+            return Ok(0);
+        };
+        Expr::value(format_utc(cutoff))
+    };
     store
         .relaxed(async {
             let txn = store.begin_relaxed().await?;
@@ -36,7 +50,7 @@ pub(super) async fn delete_finished(
                     .columns([Column::TenantId, Column::ServiceCallId])
                     .from(Entity)
                     .and_where(Expr::cust(format!("state = '{}'", state.as_str())))
-                    .and_where(finished_at.lt(cutoff.clone()))
+                    .and_where(Expr::col(finished_at).lt(cutoff.clone()))
                     .order_by(finished_at, Order::Asc)
                     .limit(left);
                 deleted += Entity::delete_many()

@@ -8,7 +8,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 
 use super::backend::Backend;
 use super::db::{FileIdentity, SqliteSettings, Synchronous, checkpoint, free_bytes};
-use super::{MIN_FREE_BYTES, ROWS_PER_STATEMENT, StoreError};
+use super::{MIN_FREE_BYTES, StoreError};
 
 /// The file a store writes to and what is checked of it.
 #[derive(Debug)]
@@ -83,14 +83,10 @@ impl Backend for Sqlite {
         true
     }
 
-    /// SQLite plans a long `IN` list without trouble.
-    fn keys_per_mark(&self) -> usize {
-        ROWS_PER_STATEMENT
-    }
-
-    /// One daemon per file: no other daemon's claim to wait for, and its own claims from before
-    /// a restart are its to resume (`claimed_by` is its name).
-    fn shared(&self) -> bool {
+    /// One daemon per file: its own clock is the clock, no other daemon's claim exists to wait
+    /// for, and its own claims from before a restart are its to resume (`claimed_by` is its
+    /// name).
+    fn server_clock(&self) -> bool {
         false
     }
 

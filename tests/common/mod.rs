@@ -8,9 +8,11 @@ pub mod doubles;
 pub mod nats_cluster;
 mod nats_server;
 pub mod pki;
+pub mod postgres_cluster;
 mod small_disk;
 mod support;
 pub use nats_server::{NatsServer, free_port};
+pub use postgres_cluster::PostgresCluster;
 pub use small_disk::SmallDisk;
 pub use support::{http_get, metric, millis, rfc3339};
 
@@ -49,6 +51,8 @@ where
 pub struct Scratch {
     pub dir: TempDir,
     postgres: Option<database::PostgresDatabase>,
+    /// A PostgreSQL database the test brought itself (a [`PostgresCluster`] of its own).
+    own_url: Option<String>,
 }
 
 impl Scratch {
@@ -60,6 +64,16 @@ impl Scratch {
         Self {
             dir: tempfile::tempdir().expect("tempdir"),
             postgres,
+            own_url: None,
+        }
+    }
+
+    /// A scratch directory whose database is the PostgreSQL database at `url`, whatever the run.
+    pub fn on_postgres(url: String) -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("tempdir"),
+            postgres: None,
+            own_url: Some(url),
         }
     }
 
@@ -70,22 +84,22 @@ impl Scratch {
 
     /// The test's database.
     pub fn database(&self) -> DatabaseTarget {
-        match &self.postgres {
-            Some(pg) => DatabaseTarget::Postgres {
-                url: pg.url.clone(),
-            },
+        match self.database_url() {
+            Some(url) => DatabaseTarget::Postgres { url },
             None => DatabaseTarget::sqlite(self.db_path()),
         }
     }
 
-    /// The PostgreSQL URL, in a PostgreSQL run.
+    /// The PostgreSQL URL, in a PostgreSQL run or on a database of the test's own.
     pub fn database_url(&self) -> Option<String> {
-        self.postgres.as_ref().map(|pg| pg.url.clone())
+        self.own_url
+            .clone()
+            .or_else(|| self.postgres.as_ref().map(|pg| pg.url.clone()))
     }
 
     /// A test of something only a SQLite file has says so and is skipped in a PostgreSQL run.
     pub fn sqlite_only(&self, what: &str) -> bool {
-        if self.postgres.is_some() {
+        if self.database_url().is_some() {
             eprintln!("{what}: a SQLite file's concern; skipped in the PostgreSQL run");
             return false;
         }
@@ -104,6 +118,8 @@ pub fn config(server: &NatsServer, scratch: &Scratch) -> Config {
         http: timer_service::config::HttpSettings {
             listen: String::new(),
         },
+        // Stable across a test's restarts, as a deployment's names should be.
+        name: Some("test".into()),
         ..Config::default()
     }
 }
@@ -134,12 +150,24 @@ impl DaemonProcess {
 
     /// The daemon with extra environment settings (`TIMER_HTTP_LISTEN`, `TIMER_LOG_FORMAT`…).
     pub fn start_with(server: &NatsServer, scratch: &Scratch, env: &[(&str, &str)]) -> Self {
+        Self::start_without(server, scratch, env, &[])
+    }
+
+    /// Like [`Self::start_with`], with the variables `unset` left out (`TIMER_NAME`: a daemon
+    /// that picks its own name).
+    pub fn start_without(
+        server: &NatsServer,
+        scratch: &Scratch,
+        env: &[(&str, &str)],
+        unset: &[&str],
+    ) -> Self {
         let log = scratch
             .dir
             .path()
             .join(format!("daemon-{}.log", uuid::Uuid::now_v7()));
         let out = std::fs::File::create(&log).expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_timer-service"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_timer-service"));
+        command
             .arg("run")
             .arg("--config")
             .arg(scratch.dir.path().join("absent-config.toml"))
@@ -155,9 +183,11 @@ impl DaemonProcess {
             .env("TIMER_NAME", "test")
             .envs(env.iter().copied())
             .stdout(out.try_clone().expect("log"))
-            .stderr(out)
-            .spawn()
-            .expect("start timer-service");
+            .stderr(out);
+        for name in unset {
+            command.env_remove(name);
+        }
+        let child = command.spawn().expect("start timer-service");
         Self { child, log }
     }
 

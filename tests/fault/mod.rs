@@ -3,7 +3,8 @@
 //! - `workload`: clients of four tenants schedule, reschedule and cancel timers (one bursting),
 //!   recording every operation with its outcome;
 //! - `nemesis`: one fault after another (broker killed mid-firing and frozen; daemon killed,
-//!   stopped, frozen; command stream deleted; disk full; clock stepped; hostile API input),
+//!   stopped, frozen; command stream deleted; disk full; clock stepped; hostile API input; the
+//!   database server frozen and stopped, on PostgreSQL, where the run has a server of its own),
 //!   each healed after a few seconds and followed by a probe timer per tenant;
 //! - `observer`: a plain subscriber, and the event stream and database read at the end;
 //! - `history`: the record all of these produce;
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use crate::common::{NatsServer, Scratch, SmallDisk, TestClient};
+use crate::common::{NatsServer, PostgresCluster, Scratch, SmallDisk, TestClient, free_port};
 use history::{Op, Run};
 use nemesis::{Faketime, Fault, Nemesis, World};
 
@@ -80,25 +81,38 @@ pub async fn run(plan: &Plan) -> Run {
             broker_store.as_deref().unwrap_or(dir).display()
         )
     });
-    let scratch = Scratch::new();
+    // The PostgreSQL run brings a server of its own, which the nemesis freezes and restarts.
+    let postgres = crate::common::database::postgres_run()
+        .then(|| {
+            tokio::task::block_in_place(PostgresCluster::start)
+                .map_err(|why| {
+                    eprintln!(
+                        "the database faults will be skipped, and the shared server used: {why}"
+                    )
+                })
+                .ok()
+        })
+        .flatten();
+    let scratch = match &postgres {
+        Some(cluster) => Scratch::on_postgres(cluster.url()),
+        None => Scratch::new(),
+    };
     let sqlite = scratch.database_url().is_none();
     let disk = if sqlite {
         SmallDisk::mount(128 << 20)
     } else {
         None
     };
-    let faketime = if sqlite {
-        Faketime::find(scratch.dir.path())
-            .map_err(|why| eprintln!("the clock fault will be skipped: {why}"))
-            .ok()
-    } else {
-        eprintln!(
-            "the clock fault is skipped in the PostgreSQL run (the database server's clock \
-             judges there, and the daemon does not read it yet)"
-        );
-        None
-    };
-    let mut env = vec![("TIMER_RETENTION_KEEP_FINISHED".to_owned(), "0".to_owned())];
+    // On PostgreSQL too: there the database server's clock judges, and a daemon whose own
+    // clock is stepped must fire nothing early.
+    let faketime = Faketime::find(scratch.dir.path())
+        .map_err(|why| eprintln!("the clock fault will be skipped: {why}"))
+        .ok();
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut env = vec![
+        ("TIMER_RETENTION_KEEP_FINISHED".to_owned(), "0".to_owned()),
+        ("TIMER_HTTP_LISTEN".to_owned(), http.clone()),
+    ];
     if let Some(disk) = &disk {
         env.push((
             "TIMER_DB_PATH".into(),
@@ -116,6 +130,8 @@ pub async fn run(plan: &Plan) -> Run {
         faketime,
         daemon: None,
         env,
+        postgres,
+        http,
     };
     world.start_daemon();
     let url = world.server.url();

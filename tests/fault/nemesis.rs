@@ -11,7 +11,9 @@ use serde_json::json;
 use super::history::{ApiRequest, FaultRecord, HostileCommand, Instant, Key, Outcome, Window};
 use super::observer::Observer;
 use super::workload::{BURST_TENANT, Client, TENANTS};
-use crate::common::{DaemonProcess, NatsServer, Scratch, SmallDisk, TestClient};
+use crate::common::{
+    DaemonProcess, NatsServer, PostgresCluster, Scratch, SmallDisk, TestClient, http_get,
+};
 use timer_service::storage::db::DatabaseTarget;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,10 +27,12 @@ pub enum Fault {
     DiskFull,
     ClockStep,
     ApiFlood,
+    DatabasePause,
+    DatabaseRestart,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 11] = [
         Self::BrokerKillMidFiring,
         Self::BrokerPause,
         Self::DaemonKill,
@@ -38,6 +42,8 @@ impl Fault {
         Self::DiskFull,
         Self::ClockStep,
         Self::ApiFlood,
+        Self::DatabasePause,
+        Self::DatabaseRestart,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +57,8 @@ impl Fault {
             Self::DiskFull => "disk full",
             Self::ClockStep => "clock stepped",
             Self::ApiFlood => "API flood",
+            Self::DatabasePause => "database SIGSTOP 5s",
+            Self::DatabaseRestart => "database stopped 6s, restarted",
         }
     }
 }
@@ -61,6 +69,15 @@ const DAEMON_PAUSE: Duration = Duration::from_secs(4);
 const DISK_FULL_FOR: Duration = Duration::from_secs(4);
 const CLOCK_STEP_FOR: Duration = Duration::from_secs(3);
 const FLOOD_FOR: Duration = Duration::from_secs(2);
+/// How long the database server stays frozen: past the daemon's 3 s probe deadline, so its
+/// readiness turns red, and within its 15 s operation deadline, so a statement in flight
+/// completes after the thaw.
+const DATABASE_PAUSE: Duration = Duration::from_secs(5);
+/// How long the database server stays stopped: past the 5 s connect timeout, so operations fail
+/// (and readiness turns red) before it is back.
+const DATABASE_DOWN: Duration = Duration::from_secs(6);
+/// How long readiness may take to turn green again once the database answers.
+const READY_AGAIN_WITHIN: Duration = Duration::from_secs(15);
 /// Timers of one burst, all due at one instant.
 pub const BURST: usize = 3_000;
 
@@ -126,6 +143,10 @@ pub struct World {
     pub faketime: Option<Faketime>,
     pub daemon: Option<DaemonProcess>,
     pub env: Vec<(String, String)>,
+    /// The PostgreSQL server of the run's own (the PostgreSQL run, where its binaries exist).
+    pub postgres: Option<PostgresCluster>,
+    /// The daemon's `/readyz` address.
+    pub http: String,
 }
 
 impl World {
@@ -256,6 +277,8 @@ impl Nemesis {
                 self.api_flood(&mut notes).await;
                 Ok(())
             }
+            Fault::DatabasePause => self.database_fault(fault, &mut notes).await,
+            Fault::DatabaseRestart => self.database_fault(fault, &mut notes).await,
         };
         let healed = Utc::now();
         let (probes, skipped) = match outcome {
@@ -420,15 +443,12 @@ impl Nemesis {
         Ok(())
     }
 
-    /// The daemon's wall clock stepped 30 s ahead, set right, then 20 s behind, set right.
+    /// The daemon's wall clock stepped 30 s ahead, set right, then 20 s behind, set right. On
+    /// SQLite the daemon's clock is the clock, so what it fires early while 30 s ahead is
+    /// excused (the window is recorded for the checker). On PostgreSQL the database server's
+    /// clock decides: nothing is excused, a timer fired early breaks invariant (b).
     async fn clock_step(&mut self) -> Result<(), String> {
-        if self.world.scratch.database_url().is_some() {
-            return Err(
-                "judged by the database server's clock on PostgreSQL, which the daemon \
-                        does not read yet; run on SQLite only"
-                    .into(),
-            );
-        }
+        let own_clock_decides = self.world.scratch.database_url().is_none();
         let Some(faketime) = &self.world.faketime else {
             return Err("libfaketime is not available".into());
         };
@@ -436,14 +456,63 @@ impl Nemesis {
         faketime.set("+30s");
         tokio::time::sleep(CLOCK_STEP_FOR).await;
         faketime.set("+0");
-        self.clock_ahead.push(Window {
-            from,
-            to: Utc::now(),
-        });
+        if own_clock_decides {
+            self.clock_ahead.push(Window {
+                from,
+                to: Utc::now(),
+            });
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
         faketime.set("-20s");
         tokio::time::sleep(CLOCK_STEP_FOR).await;
         faketime.set("+0");
+        Ok(())
+    }
+
+    /// The database server frozen (every process SIGSTOPped) or stopped, then thawed or started
+    /// again on its data. Notes how soon `/readyz` turned 503 and, after the heal, 200 again.
+    async fn database_fault(
+        &mut self,
+        fault: Fault,
+        notes: &mut Vec<String>,
+    ) -> Result<(), String> {
+        let Some(cluster) = self.world.postgres.as_mut() else {
+            return Err(if self.world.scratch.database_url().is_some() {
+                "needs a PostgreSQL server of the run's own (no PostgreSQL binaries here)".into()
+            } else {
+                "a PostgreSQL server's fault; not in the SQLite run".into()
+            });
+        };
+        let down_for = if fault == Fault::DatabasePause {
+            tokio::task::block_in_place(|| cluster.freeze());
+            DATABASE_PAUSE
+        } else {
+            tokio::task::block_in_place(|| cluster.stop());
+            DATABASE_DOWN
+        };
+        let began = std::time::Instant::now();
+        let red = readyz_within(&self.world.http, 503, down_for).await;
+        tokio::time::sleep(down_for.saturating_sub(began.elapsed())).await;
+        let cluster = self.world.postgres.as_mut().expect("checked above");
+        tokio::task::block_in_place(|| {
+            if fault == Fault::DatabasePause {
+                cluster.thaw()
+            } else {
+                cluster.restart()
+            }
+        });
+        let green = readyz_within(&self.world.http, 200, READY_AGAIN_WITHIN).await;
+        notes.push(format!(
+            "/readyz 503 {} after the fault began, 200 {} after the heal",
+            red.map_or(format!("not within {down_for:?}"), |t| format!(
+                "{} ms",
+                t.as_millis()
+            )),
+            green.map_or(format!("not within {READY_AGAIN_WITHIN:?}"), |t| format!(
+                "{} ms",
+                t.as_millis()
+            )),
+        ));
         Ok(())
     }
 
@@ -548,4 +617,20 @@ impl Nemesis {
             sent.len()
         ));
     }
+}
+
+/// Polls `/readyz` at `addr` until it answers `code`: how long that took, or `None` after
+/// `within`.
+async fn readyz_within(addr: &str, code: u16, within: Duration) -> Option<Duration> {
+    let began = std::time::Instant::now();
+    while began.elapsed() < within {
+        if http_get(addr, "/readyz")
+            .await
+            .is_some_and(|(status, _)| status == code)
+        {
+            return Some(began.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    None
 }

@@ -2,6 +2,7 @@
 //! [`PersistenceClient::run`] (or [`PersistenceClient::run_queued`]), which sends it to the
 //! actor and brings its result back.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,15 +121,18 @@ impl PersistenceClient {
         .await
     }
 
-    /// Starts applying commands and returns at once (see [`Self::run_queued`]): batches are
-    /// applied in the order they were queued.
-    pub fn apply_queued(
+    /// Starts applying the commands at `part` of a batch and returns at once (see
+    /// [`Self::run_queued`]): batches are applied in the order they were queued. The whole
+    /// batch at first, then the parts it is split into when the database refuses some of its
+    /// commands, without copying them for each part.
+    pub fn apply_part_queued(
         &self,
-        commands: Vec<Command>,
+        commands: Arc<[Command]>,
+        part: Range<usize>,
     ) -> Result<OneshotReceiver<Result<u64, StoreError>>, CallError> {
-        let rows = commands.len();
+        let rows = part.len();
         self.run_queued("apply", Op::Write, rows, move |store, _| {
-            Box::pin(async move { store.apply(&commands).await })
+            Box::pin(async move { store.apply(&commands[part]).await })
         })
     }
 
@@ -202,14 +206,15 @@ impl PersistenceClient {
         .await
     }
 
-    /// Deletes up to `limit` timers finished before `cutoff` (retention).
+    /// Deletes up to `limit` timers finished more than `keep` ago (retention).
     pub async fn delete_finished(
         &self,
-        cutoff: DateTime<Utc>,
+        now: DateTime<Utc>,
+        keep: std::time::Duration,
         limit: usize,
     ) -> Result<u64, CallError> {
         self.run("delete_finished", Op::Write, limit, move |store, _| {
-            Box::pin(store.delete_finished(cutoff, limit))
+            Box::pin(store.delete_finished(now, keep, limit))
         })
         .await
     }

@@ -1,0 +1,211 @@
+//! The firing path on PostgreSQL, where several daemons share the table and their clocks may
+//! disagree: every "is it due" and "has this claim lapsed", and every instant the path stores
+//! (`claim_until`, `reached_at`), is the database server's `statement_timestamp()`, never the
+//! calling daemon's clock (docs/CONTRACT.md §1 and §8). A daemon whose clock runs ahead
+//! therefore cannot fire anything early, and one that runs behind holds nothing back.
+//!
+//! Each step is one set-based statement, written as SQL because its shape matters to the
+//! planner (measured in BENCHMARKS.md, "PostgreSQL"):
+//! - the claim locks the next due rows with `FOR UPDATE SKIP LOCKED` through the pending index
+//!   and updates them by `ctid` (a TID scan: no join back to the table, whose plan grew with
+//!   the table's size); it only sets unindexed columns, so with the table's fill factor the
+//!   update is HOT and touches no index. The same statement returns the server's clock and,
+//!   when the batch is not full, when to look again.
+//! - the mark takes the keys as three arrays (`unnest`), one statement text whatever their
+//!   number, so it is prepared once and planned in constant time, and joins them to the
+//!   primary key by a nested loop.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeZone, Utc};
+use sea_orm::{
+    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Statement,
+    TransactionTrait, Value,
+};
+
+use super::super::rows::{parse_optional_time, parse_time};
+use super::super::{Claimant, DueBatch, Store, StoreError};
+use crate::domain::timestamp::format_utc;
+use crate::domain::{DuePosition, DueTimer};
+
+/// The claim, with `$after` a further condition on the rows picked. `$1` claimant, `$2` lease in
+/// milliseconds, `$3` limit, `$4` the caller's clock (NULL but in tests of the rules, see
+/// `Store::with_callers_clock`).
+macro_rules! claim {
+    ($after:expr) => {
+        concat!(
+    "WITH instant AS MATERIALIZED (SELECT COALESCE($4::timestamptz, statement_timestamp()) AS t), \
+     clock AS MATERIALIZED (SELECT ",
+    server_text!("t"),
+    " AS now_text, ",
+    server_text!("t + $2 * interval '1 millisecond'"),
+    " AS until_text, \
+       (extract(epoch FROM t) * 1000000)::bigint AS now_us FROM instant), \
+     picked AS (SELECT t.ctid FROM timer_schedules t, clock \
+       WHERE t.state = 'Scheduled' AND t.due_at <= clock.now_text \
+         AND (t.claim_until IS NULL OR t.claimed_by = $1 OR t.claim_until < clock.now_text) \
+         ", $after, " \
+       ORDER BY t.due_at, t.tenant_id, t.service_call_id \
+       LIMIT $3 FOR UPDATE OF t SKIP LOCKED), \
+     claimed AS (UPDATE timer_schedules t \
+       SET claimed_by = $1, claim_until = (SELECT until_text FROM clock) \
+       WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) \
+       RETURNING t.tenant_id, t.service_call_id, t.correlation_id, t.due_at), \
+     counted AS (SELECT count(*) AS n FROM claimed) \
+     SELECT c.tenant_id, c.service_call_id, c.correlation_id, c.due_at, clock.now_us, \
+       CASE WHEN (SELECT n FROM counted) < $3 THEN \
+         (SELECT min(due_at) FROM timer_schedules \
+           WHERE state = 'Scheduled' AND due_at > (SELECT now_text FROM clock)) END AS next_due, \
+       CASE WHEN (SELECT n FROM counted) < $3 THEN \
+         (SELECT min(claim_until) FROM timer_schedules \
+           WHERE state = 'Scheduled' AND due_at <= (SELECT now_text FROM clock) \
+             AND claimed_by <> $1 AND claim_until >= (SELECT now_text FROM clock)) END AS next_lapse \
+     FROM clock LEFT JOIN claimed c ON true"
+        )
+    };
+}
+
+/// The claim from the first due timer.
+const CLAIM: &str = claim!("");
+
+/// The claim resuming after the caller's cursor `$5`–`$7`: the pending index's own order.
+const CLAIM_AFTER: &str = claim!("AND (t.due_at, t.tenant_id, t.service_call_id) > ($5, $6, $7)");
+
+/// The mark: `$1`–`$4` the keys, claimed `dueAt`s and `reached_at`s as arrays. A row
+/// rescheduled since its claim (another `due_at`) is left `Scheduled`, so the new `dueAt`
+/// still fires.
+const MARK: &str = "UPDATE timer_schedules t SET state = 'Reached', reached_at = k.reached_at, \
+       claimed_by = NULL, claim_until = NULL \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
+       AS k(tenant_id, service_call_id, due_at, reached_at) \
+     WHERE t.tenant_id = k.tenant_id AND t.service_call_id = k.service_call_id \
+       AND t.due_at = k.due_at AND t.state = 'Scheduled'";
+
+/// For every firing transaction: its commit does not wait for the disk (a lost claim or mark
+/// only means a timer is published again, which the contract allows); and the mark's join to
+/// its keys is a nested loop on the primary key. Left to itself, the planner hashes the whole
+/// table for a few thousand keys while it is small.
+const FIRING_SETTINGS: &str = "SET LOCAL synchronous_commit = off; \
+     SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off";
+
+/// See [`Store::claim_due`]: by the server's clock, which `DueBatch::server_now` reports
+/// (with `callers_now`, in tests of the rules, by that instead).
+pub(in crate::storage) async fn claim_due(
+    store: &Store,
+    callers_now: Option<DateTime<Utc>>,
+    after: Option<&DuePosition>,
+    limit: usize,
+    claimant: &Claimant,
+) -> Result<DueBatch, StoreError> {
+    let lease_ms = i64::try_from(claimant.lease.as_millis()).unwrap_or(i64::MAX);
+    let limit_value = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut values: Vec<Value> = vec![
+        claimant.name.clone().into(),
+        lease_ms.into(),
+        limit_value.into(),
+        callers_now.map(format_utc).into(),
+    ];
+    let sql = match after {
+        Some(after) => {
+            values.extend([
+                format_utc(after.due_at).into(),
+                after.tenant_id.clone().into(),
+                after.service_call_id.clone().into(),
+            ]);
+            CLAIM_AFTER
+        }
+        None => CLAIM,
+    };
+    let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
+    let rows = store
+        .relaxed(async {
+            let txn = begin_firing(store).await?;
+            let rows = txn.query_all_raw(statement).await?;
+            txn.commit().await?;
+            Ok(rows)
+        })
+        .await?;
+    batch_of(rows)
+}
+
+/// The claimed timers, in firing order, and the clock and wake-up the statement returned.
+fn batch_of(rows: Vec<QueryResult>) -> Result<DueBatch, StoreError> {
+    let first = rows
+        .first()
+        .ok_or_else(|| StoreError::Unavailable("the claim returned no row".into()))?;
+    let now_us: i64 = first.try_get("", "now_us")?;
+    let now = Utc
+        .timestamp_micros(now_us)
+        .single()
+        .ok_or_else(|| StoreError::Unavailable(format!("server clock {now_us} µs")))?;
+    let next_due = parse_optional_time("due_at", first.try_get("", "next_due")?)?;
+    let next_lapse = parse_optional_time("claim_until", first.try_get("", "next_lapse")?)?;
+    let mut timers = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let Some(tenant_id) = row.try_get::<Option<String>>("", "tenant_id")? else {
+            continue;
+        };
+        let due_at: String = row.try_get("", "due_at")?;
+        timers.push(DueTimer {
+            tenant_id,
+            service_call_id: row.try_get("", "service_call_id")?,
+            correlation_id: row.try_get("", "correlation_id")?,
+            due_at: parse_time("due_at", &due_at)?,
+        });
+    }
+    timers.sort_by_key(|t| t.position());
+    Ok(DueBatch {
+        timers,
+        next_due_at: next_due.into_iter().chain(next_lapse).min(),
+        server_now: Some(now),
+    })
+}
+
+/// See [`Store::mark_reached`]: one statement for every batch settled, each timer with its
+/// batch's `reached_at` (the claim's instant by the server's clock, see `DueBatch::now`, which
+/// the event carried too).
+pub(in crate::storage) async fn mark_reached(
+    store: &Store,
+    batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
+) -> Result<u64, StoreError> {
+    // Key order, as for commands: no deadlock with another daemon writing these rows. One
+    // entry per key: two batches never hold the same key with the same claim.
+    let keys: BTreeMap<(&str, &str), (String, String)> = batches
+        .iter()
+        .flat_map(|(fired, reached_at)| fired.iter().map(move |t| (t, reached_at)))
+        .map(|(t, reached_at)| {
+            (
+                (t.tenant_id.as_str(), t.service_call_id.as_str()),
+                (format_utc(t.due_at), format_utc(*reached_at)),
+            )
+        })
+        .collect();
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let mut columns: [Vec<String>; 4] = Default::default();
+    for ((tenant, call), (due, reached)) in keys {
+        columns[0].push(tenant.to_owned());
+        columns[1].push(call.to_owned());
+        columns[2].push(due);
+        columns[3].push(reached);
+    }
+    let statement =
+        Statement::from_sql_and_values(DbBackend::Postgres, MARK, columns.map(Value::from));
+    store
+        .relaxed(async {
+            let txn = begin_firing(store).await?;
+            let marked = txn.execute_raw(statement).await?.rows_affected();
+            txn.commit().await?;
+            Ok(marked)
+        })
+        .await
+}
+
+/// A transaction of the firing path, with [`FIRING_SETTINGS`] (one round trip).
+async fn begin_firing(store: &Store) -> Result<DatabaseTransaction, DbErr> {
+    let txn = store.db.begin().await?;
+    txn.execute_unprepared(FIRING_SETTINGS).await?;
+    Ok(txn)
+}
