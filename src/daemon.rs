@@ -142,6 +142,7 @@ impl Daemon {
                 subjects: subjects.clone(),
                 batch_size: config.batch_size,
                 polling_interval: config.polling_interval,
+                lease: config.claim_lease,
             }),
             ChildSpec::of::<CommandHandler>(CommandHandlerArgs {
                 registry: registry.clone(),

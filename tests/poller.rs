@@ -69,7 +69,7 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     .await;
     assert_eq!(bus.published().len(), 1);
     let still_due = persistence
-        .claim_due(clock_now(&clock), None, 10)
+        .claim_due(clock_now(&clock), None, 10, None)
         .await
         .unwrap();
     assert_eq!(still_due.timers.len(), 1, "a refused timer stays Scheduled");
@@ -302,6 +302,7 @@ async fn start_poller(
             subjects: Subjects::default(),
             batch_size: 100,
             polling_interval: Duration::from_secs(3600),
+            lease: Duration::from_secs(30),
         },
     )
     .await

@@ -157,6 +157,72 @@ async fn claim_due_claims_only_scheduled_timers_due_by_now_earliest_first() {
     );
 }
 
+/// A fair claim takes an equal share of each due tenant's timers, each tenant's earliest first,
+/// leaves out the tenants the caller says it holds, and, fenced, does not take again what the
+/// caller claimed since the fence (in flight) while it takes what it claimed before.
+#[tokio::test]
+async fn a_fair_claim_takes_a_share_of_each_due_tenant_and_respects_the_fence() {
+    let (_dir, store) = store().await;
+    let me = claimant();
+    let mut commands: Vec<Command> = (0..10)
+        .map(|i| schedule("bulk", &format!("b-{i}"), i + 1, 100 + i as i64))
+        .collect();
+    commands.extend([
+        schedule("quiet", "q-late", 20, 250),
+        schedule("quiet", "q-early", 21, 200),
+        schedule("quiet", "q-future", 22, 900),
+        schedule("held", "h-0", 23, 100),
+    ]);
+    store.apply(&commands).await.unwrap();
+    let held = std::collections::BTreeSet::from(["held".to_owned()]);
+    let keys = |batch: &timer_service::storage::DueBatch| -> Vec<String> {
+        batch
+            .timers
+            .iter()
+            .map(|t| t.service_call_id.clone())
+            .collect()
+    };
+
+    // A share of 4 / 2 tenants = 2 each: bulk's two earliest, quiet's two due.
+    let fair = store
+        .claim_fair(at(300), &held, None, 4, at(0), &me)
+        .await
+        .unwrap();
+    assert_eq!(keys(&fair.batch), ["b-0", "b-1", "q-early", "q-late"]);
+    assert_eq!(fair.resume_after, None);
+
+    // Claimed at 300 with a 30 s lease: behind a fence at 30,300 they are in flight. Both
+    // tenants still have timers due, so each gets a share of 2; quiet's are all in flight.
+    let lease = chrono::Duration::seconds(30);
+    let next = store
+        .claim_fair(at(400), &held, None, 4, at(300) + lease, &me)
+        .await
+        .unwrap();
+    assert_eq!(keys(&next.batch), ["b-2", "b-3"]);
+
+    // A fence after every claim so far (a run that began after them): they are this daemon's
+    // to take again, each tenant's earliest first.
+    let again = store
+        .claim_fair(at(500), &held, None, 2, at(500) + lease, &me)
+        .await
+        .unwrap();
+    assert_eq!(keys(&again.batch), ["b-0", "q-early"]);
+
+    // The claim in `dueAt` order keeps off fenced claims too: behind a fence at 30,400 the
+    // claims of 400 and 500 are in flight, those of 300 not.
+    let fenced = store
+        .claim_due_fenced(at(500), None, 100, Some(at(400) + lease), &me)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys(&fenced),
+        [
+            "h-0", "b-1", "b-4", "b-5", "b-6", "b-7", "b-8", "b-9", "q-late"
+        ],
+        "only what no claim since the fence holds"
+    );
+}
+
 /// Another daemon's live claim keeps a timer off this one; a lapsed claim (its daemon died)
 /// does not.
 #[tokio::test]

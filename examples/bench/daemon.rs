@@ -43,6 +43,8 @@ pub struct Settings {
     /// HTTP and no recorder, the bare daemon.
     pub http_port: Option<u16>,
     pub keep_finished: String,
+    /// Another build of the daemon (`--baseline`); `None`: this one's.
+    pub binary: Option<PathBuf>,
 }
 
 pub struct Daemon {
@@ -59,7 +61,7 @@ impl Daemon {
         log: &Path,
     ) -> Self {
         let out = std::fs::File::create(log).expect("log file");
-        let mut command = Command::new(binary());
+        let mut command = Command::new(settings.binary.clone().unwrap_or_else(binary));
         command
             .args(["run", "--config"])
             .arg(log.with_extension("none.toml"))

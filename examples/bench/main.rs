@@ -47,6 +47,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
     "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
+    "tenants",
 ];
 
 #[derive(Debug, Parser)]
@@ -108,6 +109,13 @@ pub struct Args {
     /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).
     #[arg(long)]
     pub keep: bool,
+    /// Timers due at one instant for the noisy tenant of the tenants section.
+    #[arg(long, default_value_t = 100_000)]
+    pub noisy_n: usize,
+    /// Another build of `timer-service` (an earlier version) measured beside this one in the
+    /// tenants section, alternately within each run.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
     /// Where the report, the plot and cached databases go.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -183,6 +191,7 @@ fn settings(name: &str, batch: usize, http: bool, args: &Args) -> Settings {
         synchronous: args.synchronous.clone(),
         http_port: http.then(nats_server::free_port),
         keep_finished: "7d".into(),
+        binary: None,
     }
 }
 
@@ -491,6 +500,51 @@ async fn main() {
                     f.rate(format!("pg.failover.{tag}.after_fault"), t.after_fault_s);
                     f.rate(format!("pg.failover.{tag}.drain"), t.drain_s);
                 }
+            }
+        }
+        if args.wants("tenants") {
+            let builds = std::iter::once(("new", None))
+                .chain(args.baseline.clone().map(|bin| ("old", Some(bin))))
+                .collect::<Vec<_>>();
+            for (label, binary) in &builds {
+                let with = |mut daemons: Vec<Settings>| {
+                    for d in &mut daemons {
+                        d.binary = binary.clone();
+                    }
+                    daemons
+                };
+                eprintln!("tenants ({label}): noisy neighbour, SQLite");
+                let w = world(&format!("noisy-{label}"), &sqlite, None).await;
+                let noisy = workloads::noisy(&w, args.noisy_n, &with(vec![default("d")])).await;
+                f.rate(format!("tenants.noisy.sqlite.{label}.drain"), noisy.drain_s);
+                f.late(&format!("tenants.noisy.sqlite.{label}"), noisy.small);
+                drop(w);
+                if let Some(pg) = &postgres {
+                    let most = args.daemons.iter().copied().max().unwrap_or(1);
+                    eprintln!("tenants ({label}): noisy neighbour, PostgreSQL, {most} daemons");
+                    let w = world(&format!("pg-noisy-{label}"), pg, None).await;
+                    let daemons = with(many(most, DEFAULT_BATCH, &args));
+                    let noisy = workloads::noisy(&w, args.noisy_n, &daemons).await;
+                    f.rate(format!("tenants.noisy.pg.{label}.drain"), noisy.drain_s);
+                    f.late(&format!("tenants.noisy.pg.{label}"), noisy.small);
+                    drop(w);
+                }
+                eprintln!("tenants ({label}): {first_rate}/s over 50 tenants, SQLite");
+                let w = world(&format!("tenants50-{label}"), &sqlite, None).await;
+                let load = Load {
+                    tenants: 50,
+                    ..Load::default()
+                };
+                let late = workloads::lateness(
+                    &w,
+                    first_rate,
+                    args.secs,
+                    lead,
+                    &with(vec![default("d")]),
+                    load,
+                )
+                .await;
+                f.late(&format!("tenants.steady50.{label}"), late);
             }
         }
         if !args.keep {

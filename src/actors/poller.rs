@@ -18,6 +18,14 @@
 //! the last timer in flight, so none is published twice), and every batch whose publish has
 //! finished is marked in one transaction. Memory stays bounded by [`window`] timers in flight,
 //! whatever the number of pending timers.
+//!
+//! Tenants take turns (docs/CONTRACT.md §9). Claimed timers wait in a [`Queue`] by tenant, and
+//! batches are filled one timer per tenant in turn; only as many timers are at the broker at
+//! once as it acknowledges within about 10 ms (`window`), so a timer put in the queue is
+//! published within milliseconds however many are claimed. While a backlog lasts, a fair claim (`storage::fair`) every [`FAIR_EVERY`]
+//! takes a share of the due timers of each tenant that has none waiting: one tenant's burst
+//! makes its own timers late, not another's due a moment after. With nothing backlogged,
+//! firing is as before: one claim of everything due.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -31,14 +39,19 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::registry::Registry;
 use super::supervisor::NamedActor;
+
+mod queue;
+mod window;
 use crate::backoff;
 use crate::domain::events::{due_message_id, due_time_reached};
 use crate::domain::{DuePosition, DueTimer, Subjects};
 use crate::ports::{Clock, EventBus, OutgoingEvent};
+use queue::{Queue, Waiting};
+use window::PublishWindow;
 
 /// Timers one claim takes at least. A claim's cost is mostly fixed, whatever its size, so one
 /// claim per small batch would make claims the limit.
-pub const CLAIM_AT_LEAST: usize = 5_000;
+pub const CLAIM_AT_LEAST: usize = 1_000;
 
 /// Timers one claim takes: whole batches, at least [`CLAIM_AT_LEAST`].
 pub fn claim_size(batch_size: usize) -> usize {
@@ -51,6 +64,12 @@ pub fn claim_size(batch_size: usize) -> usize {
 pub fn window(batch_size: usize) -> usize {
     2 * claim_size(batch_size)
 }
+
+/// How often, at most, a fair claim looks for tenants with nothing waiting while a backlog lasts.
+pub const FAIR_EVERY: Duration = Duration::from_millis(10);
+
+/// Timers one fair claim takes at most, shared equally among the tenants it serves.
+pub const FAIR_CLAIM: usize = 1_000;
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
@@ -72,6 +91,8 @@ pub struct PollerArgs {
     pub subjects: Subjects,
     pub batch_size: usize,
     pub polling_interval: Duration,
+    /// How long a claim holds its timers (`claim_lease`): fences this daemon's own claims.
+    pub lease: Duration,
 }
 
 /// The timer task that delivers a planned wake-up; aborted when a new plan replaces it (or the
@@ -93,8 +114,21 @@ pub struct PollerState {
     /// Publishing batches, oldest first: each yields its outcome when the broker has answered.
     /// Each with its number of timers.
     in_flight: VecDeque<(usize, OneshotReceiver<Published>)>,
-    /// The last timer handed to the bus; while batches are in flight, reading resumes after it.
+    /// Timers in `in_flight`, and how many may be.
+    publishing: usize,
+    publish_window: PublishWindow,
+    /// Claimed timers not yet handed to the bus, by tenant.
+    queue: Queue,
+    /// The last timer claimed in `dueAt` order; while timers are held (queued or in flight),
+    /// reading resumes after it.
     cursor: Option<DuePosition>,
+    /// While timers are held: this daemon's claims whose lease ends at or after this instant
+    /// were made since they began to be held, and are not taken again (see
+    /// `Store::claim_due_fenced`).
+    fence: Option<DateTime<Utc>>,
+    /// When the last fair claim was made, and where the next goes on.
+    last_fair: Option<tokio::time::Instant>,
+    fair_resume: Option<String>,
     /// The last claim came back full: more may be due now, so claim again as batches settle.
     /// Otherwise the planned wake-up is the next time to claim.
     more_due: bool,
@@ -131,6 +165,8 @@ pub struct Published {
     started: std::time::Instant,
     /// The first error, when some were not acknowledged (they stay `Scheduled`).
     error: Option<String>,
+    /// From hand-over to the broker's last answer.
+    took: Duration,
 }
 
 impl Actor for Poller {
@@ -144,12 +180,18 @@ impl Actor for Poller {
         args: PollerArgs,
     ) -> Result<PollerState, ActorProcessingErr> {
         Ok(PollerState {
+            publish_window: PublishWindow::new(args.batch_size),
             args,
             wake: None,
             clock_offset: chrono::Duration::zero(),
             offset_learned: None,
             in_flight: VecDeque::new(),
+            publishing: 0,
+            queue: Queue::default(),
             cursor: None,
+            fence: None,
+            last_fair: None,
+            fair_resume: None,
             more_due: false,
             recheck: false,
             unmarked: Vec::new(),
@@ -213,12 +255,16 @@ impl Actor for Poller {
                 while let Some((_, batch)) = state.in_flight.front_mut() {
                     match batch.try_recv() {
                         Ok(published) => {
-                            state.in_flight.pop_front();
+                            if let Some((size, _)) = state.in_flight.pop_front() {
+                                state.publishing -= size;
+                            }
                             settled.push(published);
                         }
                         Err(TryRecvError::Empty) => break,
                         Err(TryRecvError::Closed) => {
-                            state.in_flight.pop_front();
+                            if let Some((size, _)) = state.in_flight.pop_front() {
+                                state.publishing -= size;
+                            }
                             tracing::error!(
                                 actor = "poller",
                                 "a publishing task ended without an outcome"
@@ -227,12 +273,14 @@ impl Actor for Poller {
                         }
                     }
                 }
+                // The broker gets its next batches before this actor waits for the mark.
+                publish_more(&myself, state);
                 settle(&myself, state, settled).await;
-                if state.in_flight.is_empty() {
-                    state.cursor = None;
+                if holds_nothing(state) {
+                    end_run(state);
                 }
-                let recheck = state.in_flight.is_empty() && std::mem::take(&mut state.recheck);
-                if state.more_due || recheck {
+                let recheck = holds_nothing(state) && std::mem::take(&mut state.recheck);
+                if state.more_due || recheck || !state.queue.is_empty() {
                     fill(&myself, state).await;
                 }
             }
@@ -301,9 +349,28 @@ fn wake_in(myself: &ActorRef<PollerMsg>, state: &mut PollerState, delay: Duratio
     wake_at(myself, state, at);
 }
 
-/// Claims due timers and starts publishing them, batch by batch, until the window is full or
-/// nothing more is due, then arranges the wake-up for the next `dueAt`.
+/// Whether no claimed timer is queued or in flight.
+fn holds_nothing(state: &PollerState) -> bool {
+    state.in_flight.is_empty() && state.queue.is_empty()
+}
+
+/// Nothing is held any more: the next claim starts from the first due timer, and may take
+/// this daemon's own claims again (what is left of them was not published).
+fn end_run(state: &mut PollerState) {
+    state.cursor = None;
+    state.fence = None;
+    state.fair_resume = None;
+}
+
+/// Claims due timers and queues them for publishing, until the window is full or nothing more
+/// is due, then arranges the wake-up for the next `dueAt`; while a backlog lasts, lets the
+/// tenants with nothing queued have their share (a fair claim).
 async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
+    fill_claims(myself, state).await;
+    publish_more(myself, state);
+}
+
+async fn fill_claims(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     let persistence = state.args.registry.persistence();
     let batch_size = state.args.batch_size.max(1);
     let claim = claim_size(batch_size);
@@ -311,35 +378,38 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     // published timers wait for their mark) leaves batches in flight: claim again once they
     // settle, so no wake-up is lost.
     state.more_due = true;
-    while state.in_flight.iter().map(|(n, _)| n).sum::<usize>() + claim <= window(batch_size) {
-        if let Some(until) = state.backoff_until {
-            let now = tokio::time::Instant::now();
-            if now < until {
-                return wake_in(myself, state, until - now);
-            }
-            state.backoff_until = None;
+    if let Some(until) = state.backoff_until {
+        let now = tokio::time::Instant::now();
+        if now < until {
+            return wake_in(myself, state, until - now);
         }
-        if !state.unmarked.is_empty() {
-            if !state.in_flight.is_empty() {
-                // Marked once the batches in flight are settled.
-                return;
-            }
-            if !mark_unmarked(state).await {
-                return retry_later(myself, state);
-            }
-            tracing::info!(
-                actor = "poller",
-                "published timers marked Reached after failures"
-            );
+        state.backoff_until = None;
+    }
+    if !state.unmarked.is_empty() {
+        if !state.in_flight.is_empty() {
+            // Marked once the batches in flight are settled.
+            return;
         }
+        if !mark_unmarked(state).await {
+            return retry_later(myself, state);
+        }
+        tracing::info!(
+            actor = "poller",
+            "published timers marked Reached after failures"
+        );
+    }
+    if !state.queue.is_empty() && !claim_fair(myself, state).await {
+        return;
+    }
+    while state.queue.len() + state.publishing + claim <= window(batch_size) {
         let now = state.args.clock.now();
         let started = std::time::Instant::now();
-        let after = if state.in_flight.is_empty() {
+        let after = if holds_nothing(state) {
             None
         } else {
             state.cursor.clone()
         };
-        let batch = match persistence.claim_due(now, after, claim).await {
+        let batch = match persistence.claim_due(now, after, claim, state.fence).await {
             Ok(batch) => {
                 if let Some(server_now) = batch.server_now {
                     learn_offset(state, server_now - state.args.clock.now());
@@ -359,13 +429,7 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
         if let Some(last) = batch.timers.last() {
             state.cursor = Some(last.position());
         }
-        let mut timers = batch.timers.into_iter().peekable();
-        while timers.peek().is_some() {
-            let publish: Vec<DueTimer> = timers.by_ref().take(batch_size).collect();
-            let size = publish.len();
-            let outcome = spawn_publish(myself, &state.args, publish, decided_at, started);
-            state.in_flight.push_back((size, outcome));
-        }
+        hold(state, batch.timers, decided_at, started);
         if !full {
             // Nothing more is due now: sleep until the next timer is.
             match batch.next_due_at {
@@ -374,6 +438,96 @@ async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
             }
             return;
         }
+    }
+}
+
+/// Queues claimed timers for publishing. The first claim of a run fences this daemon's own
+/// claims: those made from now on are held, and no claim takes them again while they are.
+fn hold(
+    state: &mut PollerState,
+    timers: Vec<DueTimer>,
+    decided_at: DateTime<Utc>,
+    started: std::time::Instant,
+) {
+    if timers.is_empty() {
+        return;
+    }
+    if state.fence.is_none() {
+        // A claim's lease ends at its instant plus the lease (to the millisecond, truncated):
+        // a millisecond less is below every lease of this run's claims.
+        let lease = chrono::Duration::from_std(state.args.lease).unwrap_or_default();
+        state.fence = Some(decided_at + lease - chrono::Duration::milliseconds(1));
+    }
+    for timer in timers {
+        state.queue.push(Waiting {
+            timer,
+            reached_at: decided_at,
+            started,
+        });
+    }
+}
+
+/// While timers are queued, at most every [`FAIR_EVERY`]: claims a share of the due timers of
+/// every tenant that has none queued. Returns false when the claim failed (a retry is
+/// arranged).
+async fn claim_fair(myself: &ActorRef<PollerMsg>, state: &mut PollerState) -> bool {
+    let due_for_one = state.last_fair.is_none_or(|at| at.elapsed() >= FAIR_EVERY);
+    let Some(fence) = state.fence else {
+        return true;
+    };
+    if !due_for_one || state.queue.len() + state.publishing >= 2 * window(state.args.batch_size) {
+        return true;
+    }
+    state.last_fair = Some(tokio::time::Instant::now());
+    let now = state.args.clock.now();
+    let started = std::time::Instant::now();
+    let claimed = state
+        .args
+        .registry
+        .persistence()
+        .claim_fair(
+            now,
+            state.queue.tenants(),
+            state.fair_resume.clone(),
+            FAIR_CLAIM,
+            fence,
+        )
+        .await;
+    match claimed {
+        Ok(fair) => {
+            if let Some(server_now) = fair.batch.server_now {
+                learn_offset(state, server_now - state.args.clock.now());
+            }
+            state.fair_resume = fair.resume_after;
+            let decided_at = fair.batch.server_now.unwrap_or(now);
+            hold(state, fair.batch.timers, decided_at, started);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
+            retry_later(myself, state);
+            false
+        }
+    }
+}
+
+/// Hands queued timers to the bus, a batch at a time, while the broker's window has room.
+fn publish_more(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
+    let batch_size = state.args.batch_size.max(1);
+    while state.publishing < state.publish_window.size() && !state.queue.is_empty() {
+        let batch = state.queue.next_batch(batch_size);
+        // One `reachedAt` per batch: the latest of its claims' instants, at which every one of
+        // its timers was due.
+        let reached_at = batch.iter().map(|w| w.reached_at).max();
+        let started = batch.iter().map(|w| w.started).min();
+        let (Some(reached_at), Some(started)) = (reached_at, started) else {
+            break;
+        };
+        let timers: Vec<DueTimer> = batch.into_iter().map(|w| w.timer).collect();
+        let size = timers.len();
+        let outcome = spawn_publish(myself, &state.args, timers, reached_at, started);
+        state.in_flight.push_back((size, outcome));
+        state.publishing += size;
     }
 }
 
@@ -411,6 +565,7 @@ fn spawn_publish(
 async fn settle(myself: &ActorRef<PollerMsg>, state: &mut PollerState, settled: Vec<Published>) {
     let mut error = None;
     for mut published in settled {
+        state.publish_window.observe(published.took);
         if let Some(e) = published.error.take() {
             error.get_or_insert(e);
         }
@@ -425,6 +580,9 @@ async fn settle(myself: &ActorRef<PollerMsg>, state: &mut PollerState, settled: 
         Some(error) => {
             tracing::warn!(actor = "poller", error = %error,
                 "DueTimeReached not acknowledged by the broker; timers stay Scheduled and are retried");
+            // They are behind the cursor, and claimed by this run: claim from the first due
+            // timer once nothing is held, whatever wake-up is planned by then.
+            state.recheck = true;
             retry_later(myself, state);
         }
         None if state.failed_rounds > 0 => {
@@ -495,7 +653,9 @@ async fn publish(
                 "cannot encode DueTimeReached"),
         }
     }
+    let handed_over = std::time::Instant::now();
     let results = bus.publish_all(events).await;
+    let took = handed_over.elapsed();
     let acknowledged_at = clock.now();
     let lateness = metrics::histogram!(crate::telemetry::FIRE_LATENESS);
     let mut fired = Vec::with_capacity(timers.len());
@@ -523,5 +683,6 @@ async fn publish(
         reached_at,
         started,
         error,
+        took,
     }
 }

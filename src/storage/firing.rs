@@ -23,10 +23,22 @@ pub fn due_query(
     claimant: &str,
     limit: usize,
 ) -> SelectStatement {
+    due_query_fenced(now, after, claimant, None, limit)
+}
+
+/// [`due_query`], taking again only those of `claimant`'s own claims whose lease ends before
+/// `fence` when one is given (see [`Store::claim_due_fenced`]).
+fn due_query_fenced(
+    now: DateTime<Utc>,
+    after: Option<&DuePosition>,
+    claimant: &str,
+    fence: Option<DateTime<Utc>>,
+    limit: usize,
+) -> SelectStatement {
     let mut due = Query::select();
     due.columns([Column::TenantId, Column::ServiceCallId])
         .from(Entity)
-        .cond_where(due_condition(now, after, claimant))
+        .cond_where(due_condition(now, after, claimant, fence))
         .order_by(Column::DueAt, Order::Asc)
         .order_by(Column::TenantId, Order::Asc)
         .order_by(Column::ServiceCallId, Order::Asc)
@@ -42,14 +54,15 @@ pub(super) async fn claim_due(
     now: DateTime<Utc>,
     after: Option<&DuePosition>,
     limit: usize,
+    fence: Option<DateTime<Utc>>,
     claimant: &Claimant,
 ) -> Result<DueBatch, StoreError> {
     if store.postgres() {
         let now = (!store.server_clock()).then_some(now);
-        return super::postgres::firing::claim_due(store, now, after, limit, claimant).await;
+        return super::postgres::firing::claim_due(store, now, after, limit, fence, claimant).await;
     }
     let until = now + chrono::Duration::from_std(claimant.lease).unwrap_or_default();
-    let picked = due_query(now, after, &claimant.name, limit);
+    let picked = due_query_fenced(now, after, &claimant.name, fence, limit);
     let claim = Entity::update_many()
         .col_expr(Column::ClaimedBy, Expr::value(claimant.name.clone()))
         .col_expr(Column::ClaimUntil, Expr::value(format_utc(until)))
@@ -188,20 +201,26 @@ pub(super) async fn mark_reached(
         .await
 }
 
-/// Due, pending, after the caller's cursor, and not held by a live claim of another daemon.
+/// Due, pending, after the caller's cursor, and not held by a live claim of another daemon
+/// (nor, with a `fence`, by one of the caller's own made since the fence).
 fn due_condition(
     now: DateTime<Utc>,
     after: Option<&DuePosition>,
     claimant: &str,
+    fence: Option<DateTime<Utc>>,
 ) -> sea_orm::Condition {
     let now_text = format_utc(now);
+    let mut own = sea_orm::Condition::all().add(Column::ClaimedBy.eq(claimant));
+    if let Some(fence) = fence {
+        own = own.add(Column::ClaimUntil.lt(format_utc(fence)));
+    }
     let mut condition = sea_orm::Condition::all()
         .add(Expr::cust(PENDING))
         .add(Column::DueAt.lte(now_text.clone()))
         .add(
             sea_orm::Condition::any()
                 .add(Column::ClaimUntil.is_null())
-                .add(Column::ClaimedBy.eq(claimant))
+                .add(own)
                 .add(Column::ClaimUntil.lt(now_text)),
         );
     if let Some(after) = after {

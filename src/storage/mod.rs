@@ -23,6 +23,7 @@ pub mod command_streams;
 pub mod daemons;
 pub mod db;
 pub mod entity;
+pub mod fair;
 pub mod firing;
 pub mod queries;
 
@@ -274,8 +275,43 @@ impl Store {
         limit: usize,
         claimant: &Claimant,
     ) -> Result<DueBatch, StoreError> {
+        self.claim_due_fenced(now, after, limit, None, claimant)
+            .await
+    }
+
+    /// [`Self::claim_due`] in the middle of a run of claims: the claimant's own claims are
+    /// taken again only if their lease ends before `fence` (made before the run began: its
+    /// publish failed, or an earlier incarnation of the daemon made them); those made since
+    /// are in flight and stay with it. `None`: all of them may be taken again (nothing of this
+    /// claimant's is in flight).
+    pub async fn claim_due_fenced(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&DuePosition>,
+        limit: usize,
+        fence: Option<DateTime<Utc>>,
+        claimant: &Claimant,
+    ) -> Result<DueBatch, StoreError> {
         probe::check_name_held(&claimant.name)?;
-        firing::claim_due(self, now, after, limit, claimant).await
+        firing::claim_due(self, now, after, limit, fence, claimant).await
+    }
+
+    /// Claims, for firing, up to an equal share of `limit` of the due timers of each tenant
+    /// that has some due at `now`, but for those in `skip` (whose timers this daemon already
+    /// holds), each tenant's in `dueAt` order; going on after `resume_after` (see
+    /// [`fair::FairBatch`]). `fence` as for [`Self::claim_due_fenced`]: fair claims are made in
+    /// the middle of a run. See `storage::fair`.
+    pub async fn claim_fair(
+        &self,
+        now: DateTime<Utc>,
+        skip: &std::collections::BTreeSet<String>,
+        resume_after: Option<&str>,
+        limit: usize,
+        fence: DateTime<Utc>,
+        claimant: &Claimant,
+    ) -> Result<fair::FairBatch, StoreError> {
+        probe::check_name_held(&claimant.name)?;
+        fair::claim_fair(self, now, skip, resume_after, limit, fence, claimant).await
     }
 
     /// Marks published batches `Reached`, each at its own `reached_at` (the instant its claim

@@ -20,6 +20,7 @@ macro_rules! server_text {
     };
 }
 
+pub(super) mod fair;
 pub(super) mod firing;
 
 /// The server's clock now: `seen_at` of the daemons' rows.

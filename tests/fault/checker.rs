@@ -30,7 +30,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::Duration;
 use serde_json::Value;
 
-use super::history::{CancelAnswer, Command, Instant, Key, Op, Outcome, Row, Run, Seen, Window};
+use super::history::{
+    Burst, CancelAnswer, Command, Instant, Key, Op, Outcome, Row, Run, Seen, Window,
+};
 
 /// How long after a fault heals every tenant's probe timer must have fired.
 pub const LIVENESS_BOUND: Duration = Duration::seconds(20);
@@ -50,10 +52,11 @@ pub enum Invariant {
     Isolation,
     Liveness,
     HostileInput,
+    Fairness,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 7] = [
+    pub const ALL: [Invariant; 8] = [
         Self::Fires,
         Self::NotEarly,
         Self::CancelHolds,
@@ -61,6 +64,7 @@ impl Invariant {
         Self::Isolation,
         Self::Liveness,
         Self::HostileInput,
+        Self::Fairness,
     ];
 
     pub fn letter(self) -> &'static str {
@@ -72,6 +76,7 @@ impl Invariant {
             Self::Isolation => "e",
             Self::Liveness => "f",
             Self::HostileInput => "g",
+            Self::Fairness => "h",
         }
     }
 
@@ -84,6 +89,9 @@ impl Invariant {
             Self::Isolation => "a tenant's subjects carry only its own events",
             Self::Liveness => "after a fault heals, new timers fire within the bound",
             Self::HostileInput => "every API request is answered, invalid commands rejected",
+            Self::Fairness => {
+                "a tenant's burst does not hold up the others' timers due meanwhile (1 s bound)"
+            }
         }
     }
 }
@@ -144,6 +152,7 @@ pub fn check(run: &Run) -> Verdict {
     let disturbed = disturbed_windows(run, &verdict.refire);
     check_keys(run, &disturbed, &mut verdict);
     check_hostile(run, &messages, &disturbed, &mut verdict);
+    check_fairness(run, &disturbed, &mut verdict);
     verdict.violations.sort_by_key(|v| v.at);
     verdict
 }
@@ -322,6 +331,82 @@ fn check_not_early(run: &Run, messages: &[Message], verdict: &mut Verdict) {
                 );
             }
         }
+    }
+}
+
+/// How late another tenant's timer may be while a burst is fired (a test build, the machine
+/// busy with the whole suite). Without turns, each would wait for the rest of the burst.
+pub const FAIRNESS_BOUND: Duration = Duration::seconds(1);
+
+/// How a fault-free burst went: how long it took to fire, and the other tenants' timers due
+/// meanwhile (with no fault and no clock error on them), each with its lateness.
+pub struct BurstFiring<'a> {
+    pub burst: &'a Burst,
+    pub took: Duration,
+    pub others: Vec<(Key, Instant, Duration)>,
+}
+
+pub fn burst_firings<'a>(
+    run: &'a Run,
+    disturbed: &[Window],
+    verdict: &Verdict,
+) -> Vec<BurstFiring<'a>> {
+    let mut out = Vec::new();
+    for burst in &run.bursts {
+        let Some(end) = verdict
+            .firings
+            .iter()
+            .filter(|((key, due), _)| key.tenant == burst.tenant && *due == burst.due_at)
+            .map(|(_, firing)| firing.first)
+            .max()
+        else {
+            continue;
+        };
+        let firing = Window {
+            from: burst.due_at,
+            to: end,
+        };
+        let others = verdict
+            .firings
+            .iter()
+            .filter(|((key, due), fired)| {
+                key.tenant != burst.tenant
+                    && firing.contains(*due)
+                    && !disturbed.iter().any(|w| w.overlaps(*due, fired.first))
+                    && !clock_ahead(run, fired.first)
+            })
+            .map(|((key, due), fired)| (key.clone(), *due, fired.first - *due))
+            .collect();
+        out.push(BurstFiring {
+            burst,
+            took: end - burst.due_at,
+            others,
+        });
+    }
+    out
+}
+
+/// (h): while a fault-free burst is fired (from its instant to its last timer's event), every
+/// other tenant's timer due then fires within [`FAIRNESS_BOUND`] of its `dueAt`.
+fn check_fairness(run: &Run, disturbed: &[Window], verdict: &mut Verdict) {
+    let mut late = Vec::new();
+    for firing in burst_firings(run, disturbed, verdict) {
+        for (key, due, lateness) in firing.others {
+            if lateness > FAIRNESS_BOUND {
+                late.push((due + lateness, key, due, firing.burst.tenant.clone()));
+            }
+        }
+    }
+    for (at, key, due, bursting) in late {
+        verdict.violate(
+            Invariant::Fairness,
+            at,
+            Some(&key),
+            format!(
+                "due at {due}, fired {} ms late while {bursting}'s burst was fired",
+                (at - due).num_milliseconds()
+            ),
+        );
     }
 }
 
@@ -884,6 +969,53 @@ mod tests {
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
         assert_eq!(verdict.firings.len(), 1);
         assert!(verdict.duplicates.is_empty());
+    }
+
+    #[test]
+    fn a_timer_held_behind_another_tenants_burst_breaks_h() {
+        let burst_event = |id: &str, seen: i64| {
+            let mut seen = event(id, 5_000, seen, seen);
+            let text = String::from_utf8(seen.payload)
+                .unwrap()
+                .replace("acme", "hooli");
+            seen.payload = text.into_bytes();
+            seen.subject = "timer.evt.due.hooli".into();
+            seen
+        };
+        let burst_op = |id: &str| Op {
+            key: Key::new("hooli", id),
+            ..schedule(id, 5_000, 10)
+        };
+        let history = |acme_seen: i64| {
+            let mut run = run(
+                vec![burst_op("b1"), burst_op("b2"), schedule("k1", 5_500, 10)],
+                vec![
+                    burst_event("b1", 5_001),
+                    burst_event("b2", 9_000),
+                    event("k1", 5_500, acme_seen, acme_seen),
+                ],
+                vec![
+                    Row {
+                        key: Key::new("hooli", "b1"),
+                        ..row("b1", "Reached", Some(5_000))
+                    },
+                    Row {
+                        key: Key::new("hooli", "b2"),
+                        ..row("b2", "Reached", Some(5_000))
+                    },
+                    row("k1", "Reached", Some(5_500)),
+                ],
+            );
+            run.bursts.push(Burst {
+                tenant: "hooli".into(),
+                due_at: t(5_000),
+                timers: 2,
+            });
+            run
+        };
+        let fair = check(&history(5_600));
+        assert!(fair.violations.is_empty(), "{:?}", fair.violations);
+        assert_eq!(broken(&check(&history(8_990))), [Invariant::Fairness]);
     }
 
     #[test]

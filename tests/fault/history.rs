@@ -147,6 +147,14 @@ pub struct FaultRecord {
     pub notes: Vec<String>,
 }
 
+/// A tenant's burst of timers all due at one instant.
+#[derive(Clone, Debug)]
+pub struct Burst {
+    pub tenant: String,
+    pub due_at: Instant,
+    pub timers: usize,
+}
+
 /// A request of the API flood and whether it was answered.
 #[derive(Clone, Debug)]
 pub struct ApiRequest {
@@ -185,5 +193,8 @@ pub struct Run {
     pub hostile: Vec<HostileCommand>,
     /// Tenants that were sent invalid commands (a rejection on their subject is expected).
     pub hostile_tenants: BTreeSet<String>,
+    /// Bursts fired with no fault on: the other tenants' timers due meanwhile must not wait for
+    /// them.
+    pub bursts: Vec<Burst>,
     pub ended: Option<Instant>,
 }

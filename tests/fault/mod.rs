@@ -144,6 +144,7 @@ pub async fn run(plan: &Plan) -> Run {
     let stop = Arc::new(AtomicBool::new(false));
     let workload = tokio::spawn(workload::run(client.clone(), stop.clone(), plan.seed));
     tokio::time::sleep(Duration::from_secs(3)).await; // the workload alone first
+    let bursts = vec![quiet_burst(&client, &observer).await];
 
     let mut nemesis = Nemesis::new(world, client, observer.clone(), admin);
     let mut faults = Vec::new();
@@ -197,7 +198,35 @@ pub async fn run(plan: &Plan) -> Run {
         api_requests: nemesis.api_requests,
         hostile: nemesis.hostile,
         hostile_tenants,
+        bursts,
         ended: Some(Utc::now()),
+    }
+}
+
+/// Timers of the fault-free burst: enough that firing them takes seconds in a test build.
+const QUIET_BURST: usize = 10_000;
+
+/// With no fault on, the bursting tenant sends [`QUIET_BURST`] timers due at one instant, and
+/// this waits until they have all been seen firing: meanwhile the other tenants' timers must
+/// not wait for them (invariant h).
+async fn quiet_burst(client: &workload::Client, observer: &observer::Observer) -> history::Burst {
+    let tenant = workload::BURST_TENANT;
+    let due_at = crate::common::millis(Utc::now() + chrono::Duration::seconds(5));
+    let ids: Vec<String> = (0..QUIET_BURST).map(|i| format!("fair-{i:05}")).collect();
+    eprintln!("a burst of {QUIET_BURST} timers, no fault on");
+    let timers = client.burst(tenant, &ids, due_at).await;
+    let deadline = due_at + chrono::Duration::seconds(60);
+    while Utc::now() < deadline
+        && ids
+            .iter()
+            .any(|id| observer.fired(&history::Key::new(tenant, id)).is_none())
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    history::Burst {
+        tenant: tenant.to_owned(),
+        due_at,
+        timers,
     }
 }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::checker::{Invariant, Verdict};
+use super::checker::{self, Invariant, Verdict};
 use super::history::{Command, Instant, Outcome, Run};
 
 /// The row a moment belongs to: the last fault started at or before it (0 = before any).
@@ -130,6 +130,20 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
         for note in &fault.notes {
             let _ = writeln!(out, "  {}: {note}", fault.name);
         }
+    }
+    let disturbed = checker::disturbed_windows(run, &verdict.refire);
+    for firing in checker::burst_firings(run, &disturbed, verdict) {
+        let worst = firing.others.iter().map(|(_, _, late)| *late).max();
+        let _ = writeln!(
+            out,
+            "  a burst of {} {} timers, no fault on, fired in {} ms; {} other tenants' timers due \
+             meanwhile, the latest {} ms late",
+            firing.burst.timers,
+            firing.burst.tenant,
+            firing.took.num_milliseconds(),
+            firing.others.len(),
+            worst.map_or(0, |w| w.num_milliseconds())
+        );
     }
     let _ = writeln!(
         out,

@@ -2,6 +2,7 @@
 //! [`PersistenceClient::run`] (or [`PersistenceClient::run_queued`]), which sends it to the
 //! actor and brings its result back.
 
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use crate::actors::registry::Registry;
 use crate::actors::supervisor::NamedActor;
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
+use crate::storage::fair::FairBatch;
 use crate::storage::{Claimant, DueBatch, Store, StoreError};
 
 /// Why a call to Persistence did not produce an answer.
@@ -136,15 +138,42 @@ impl PersistenceClient {
         })
     }
 
-    /// Claims the timers due at `now` (after `after`), up to `limit`, for firing.
+    /// Claims the timers due at `now` (after `after`), up to `limit`, for firing; of this
+    /// daemon's own claims, only those whose lease ends before `fence` (see
+    /// [`crate::storage::Store::claim_due_fenced`]).
     pub async fn claim_due(
         &self,
         now: DateTime<Utc>,
         after: Option<DuePosition>,
         limit: usize,
+        fence: Option<DateTime<Utc>>,
     ) -> Result<DueBatch, CallError> {
         self.run("claim_due", Op::Write, limit, move |store, claimant| {
-            Box::pin(async move { store.claim_due(now, after.as_ref(), limit, claimant).await })
+            Box::pin(async move {
+                store
+                    .claim_due_fenced(now, after.as_ref(), limit, fence, claimant)
+                    .await
+            })
+        })
+        .await
+    }
+
+    /// Claims a share of each tenant's due timers but for those in `skip` (see
+    /// [`crate::storage::Store::claim_fair`]).
+    pub async fn claim_fair(
+        &self,
+        now: DateTime<Utc>,
+        skip: BTreeSet<String>,
+        resume_after: Option<String>,
+        limit: usize,
+        fence: DateTime<Utc>,
+    ) -> Result<FairBatch, CallError> {
+        self.run("claim_fair", Op::Write, limit, move |store, claimant| {
+            Box::pin(async move {
+                store
+                    .claim_fair(now, &skip, resume_after.as_deref(), limit, fence, claimant)
+                    .await
+            })
         })
         .await
     }

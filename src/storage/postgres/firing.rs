@@ -31,7 +31,8 @@ use crate::domain::{DuePosition, DueTimer};
 
 /// The claim, with `$after` a further condition on the rows picked. `$1` claimant, `$2` lease in
 /// milliseconds, `$3` limit, `$4` the caller's clock (NULL but in tests of the rules, see
-/// `Store::with_callers_clock`).
+/// `Store::with_callers_clock`), `$5` the fence on the claimant's own claims (NULL: all of
+/// them may be taken again; see `Store::claim_due_fenced`).
 macro_rules! claim {
     ($after:expr) => {
         concat!(
@@ -44,7 +45,8 @@ macro_rules! claim {
        (extract(epoch FROM t) * 1000000)::bigint AS now_us FROM instant), \
      picked AS (SELECT t.ctid FROM timer_schedules t, clock \
        WHERE t.state = 'Scheduled' AND t.due_at <= clock.now_text \
-         AND (t.claim_until IS NULL OR t.claimed_by = $1 OR t.claim_until < clock.now_text) \
+         AND (t.claim_until IS NULL OR t.claim_until < clock.now_text \
+           OR (t.claimed_by = $1 AND ($5::text IS NULL OR t.claim_until < $5))) \
          ", $after, " \
        ORDER BY t.due_at, t.tenant_id, t.service_call_id \
        LIMIT $3 FOR UPDATE OF t SKIP LOCKED), \
@@ -69,8 +71,8 @@ macro_rules! claim {
 /// The claim from the first due timer.
 const CLAIM: &str = claim!("");
 
-/// The claim resuming after the caller's cursor `$5`–`$7`: the pending index's own order.
-const CLAIM_AFTER: &str = claim!("AND (t.due_at, t.tenant_id, t.service_call_id) > ($5, $6, $7)");
+/// The claim resuming after the caller's cursor `$6`–`$8`: the pending index's own order.
+const CLAIM_AFTER: &str = claim!("AND (t.due_at, t.tenant_id, t.service_call_id) > ($6, $7, $8)");
 
 /// The mark: `$1`–`$4` the keys, claimed `dueAt`s and `reached_at`s as arrays. A row
 /// rescheduled since its claim (another `due_at`) is left `Scheduled`, so the new `dueAt`
@@ -96,6 +98,7 @@ pub(in crate::storage) async fn claim_due(
     callers_now: Option<DateTime<Utc>>,
     after: Option<&DuePosition>,
     limit: usize,
+    fence: Option<DateTime<Utc>>,
     claimant: &Claimant,
 ) -> Result<DueBatch, StoreError> {
     let lease_ms = i64::try_from(claimant.lease.as_millis()).unwrap_or(i64::MAX);
@@ -105,6 +108,7 @@ pub(in crate::storage) async fn claim_due(
         lease_ms.into(),
         limit_value.into(),
         callers_now.map(format_utc).into(),
+        fence.map(format_utc).into(),
     ];
     let sql = match after {
         Some(after) => {
@@ -130,7 +134,7 @@ pub(in crate::storage) async fn claim_due(
 }
 
 /// The claimed timers, in firing order, and the clock and wake-up the statement returned.
-fn batch_of(rows: Vec<QueryResult>) -> Result<DueBatch, StoreError> {
+pub(super) fn batch_of(rows: Vec<QueryResult>) -> Result<DueBatch, StoreError> {
     let first = rows
         .first()
         .ok_or_else(|| StoreError::Unavailable("the claim returned no row".into()))?;
@@ -204,7 +208,7 @@ pub(in crate::storage) async fn mark_reached(
 }
 
 /// A transaction of the firing path, with [`FIRING_SETTINGS`] (one round trip).
-async fn begin_firing(store: &Store) -> Result<DatabaseTransaction, DbErr> {
+pub(super) async fn begin_firing(store: &Store) -> Result<DatabaseTransaction, DbErr> {
     let txn = store.db.begin().await?;
     txn.execute_unprepared(FIRING_SETTINGS).await?;
     Ok(txn)

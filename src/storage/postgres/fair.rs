@@ -1,0 +1,113 @@
+//! The fair claim on PostgreSQL (see `storage::fair`): the walk, then one statement that takes
+//! a share of each tenant's due timers through the tenant's own index range and claims them as
+//! the claim in `firing` does (locked with `SKIP LOCKED`, updated by `ctid`), by the server's
+//! clock.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+
+use super::super::fair::TENANTS_PER_WALK;
+use super::super::{Claimant, DueBatch, Store, StoreError};
+use super::firing::{batch_of, begin_firing};
+use crate::domain::timestamp::format_utc;
+
+/// The walk (see `storage::fair`): after `$1`, due by `$2` (NULL: the server's clock), at most
+/// `$3` tenants. PostgreSQL reads a recursive query only as far as its reader asks.
+const WALK: &str = concat!(
+    "WITH RECURSIVE walk(tenant) AS ( \
+       SELECT (SELECT tenant_id FROM timer_schedules WHERE tenant_id > $1 \
+         ORDER BY tenant_id LIMIT 1) \
+       UNION ALL \
+       SELECT (SELECT tenant_id FROM timer_schedules WHERE tenant_id > walk.tenant \
+         ORDER BY tenant_id LIMIT 1) FROM walk WHERE walk.tenant IS NOT NULL), \
+     clock AS MATERIALIZED (SELECT ",
+    server_text!("COALESCE($2::timestamptz, statement_timestamp())"),
+    " AS now_text) \
+     SELECT w.tenant, EXISTS (SELECT 1 FROM timer_schedules s, clock WHERE s.tenant_id = w.tenant \
+       AND s.state = 'Scheduled' AND s.due_at <= clock.now_text) AS due \
+     FROM (SELECT tenant FROM walk WHERE tenant IS NOT NULL LIMIT $3) w"
+);
+
+/// The claim: `$1` claimant, `$2` lease in milliseconds, `$3` share per tenant, `$4` the
+/// caller's clock (NULL but in tests of the rules), `$5` the fence on the claimant's own
+/// claims, `$6` the tenants.
+const CLAIM: &str = concat!(
+    "WITH instant AS MATERIALIZED (SELECT COALESCE($4::timestamptz, statement_timestamp()) AS t), \
+     clock AS MATERIALIZED (SELECT ",
+    server_text!("t"),
+    " AS now_text, ",
+    server_text!("t + $2 * interval '1 millisecond'"),
+    " AS until_text, \
+       (extract(epoch FROM t) * 1000000)::bigint AS now_us FROM instant), \
+     picked AS (SELECT t.ctid FROM timer_schedules t, clock \
+       WHERE t.ctid = ANY (ARRAY( \
+           SELECT x.ctid FROM clock, unnest($6::text[]) AS d(tenant) CROSS JOIN LATERAL ( \
+             SELECT s.ctid FROM timer_schedules s \
+             WHERE s.tenant_id = d.tenant AND s.state = 'Scheduled' \
+               AND s.due_at <= clock.now_text \
+               AND (s.claim_until IS NULL OR s.claim_until < clock.now_text \
+                 OR (s.claimed_by = $1 AND s.claim_until < $5)) \
+             ORDER BY s.due_at, s.service_call_id LIMIT $3) x)) \
+         AND t.state = 'Scheduled' AND t.due_at <= clock.now_text \
+         AND (t.claim_until IS NULL OR t.claim_until < clock.now_text \
+           OR (t.claimed_by = $1 AND t.claim_until < $5)) \
+       FOR UPDATE OF t SKIP LOCKED), \
+     claimed AS (UPDATE timer_schedules t \
+       SET claimed_by = $1, claim_until = (SELECT until_text FROM clock) \
+       WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) \
+       RETURNING t.tenant_id, t.service_call_id, t.correlation_id, t.due_at) \
+     SELECT c.tenant_id, c.service_call_id, c.correlation_id, c.due_at, clock.now_us, \
+       NULL::text AS next_due, NULL::text AS next_lapse \
+     FROM clock LEFT JOIN claimed c ON true"
+);
+
+/// The tenants after `resume_after` holding rows, each with whether a timer of theirs is due.
+pub(in crate::storage) async fn walk(
+    store: &Store,
+    callers_now: Option<DateTime<Utc>>,
+    resume_after: Option<&str>,
+) -> Result<Vec<(String, bool)>, StoreError> {
+    let statement = Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        WALK,
+        [
+            Value::from(resume_after.unwrap_or("").to_owned()),
+            callers_now.map(format_utc).into(),
+            (TENANTS_PER_WALK as i64).into(),
+        ],
+    );
+    let rows = store.db.query_all_raw(statement).await?;
+    rows.iter()
+        .map(|row| Ok((row.try_get("", "tenant")?, row.try_get("", "due")?)))
+        .collect()
+}
+
+/// Claims up to `share` due timers of each of `tenants`.
+pub(in crate::storage) async fn claim(
+    store: &Store,
+    callers_now: Option<DateTime<Utc>>,
+    tenants: &[String],
+    share: usize,
+    fence: DateTime<Utc>,
+    claimant: &Claimant,
+) -> Result<DueBatch, StoreError> {
+    let lease_ms = i64::try_from(claimant.lease.as_millis()).unwrap_or(i64::MAX);
+    let values: Vec<Value> = vec![
+        claimant.name.clone().into(),
+        lease_ms.into(),
+        i64::try_from(share).unwrap_or(i64::MAX).into(),
+        callers_now.map(format_utc).into(),
+        format_utc(fence).into(),
+        tenants.to_vec().into(),
+    ];
+    let statement = Statement::from_sql_and_values(DbBackend::Postgres, CLAIM, values);
+    let rows = store
+        .relaxed(async {
+            let txn = begin_firing(store).await?;
+            let rows = txn.query_all_raw(statement).await?;
+            txn.commit().await?;
+            Ok(rows)
+        })
+        .await?;
+    batch_of(rows)
+}
