@@ -5,6 +5,7 @@ pub mod command;
 pub mod envelope;
 pub mod events;
 pub mod order;
+pub mod quota;
 pub mod subjects;
 pub mod tenant;
 pub mod timer;

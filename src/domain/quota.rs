@@ -1,0 +1,310 @@
+//! Per-tenant quotas (docs/CONTRACT.md §9): the limits in force, the sliding window that counts
+//! commands per second, the count of pending timers as a batch changes it, and the decision for
+//! one command. No I/O: the CommandHandler brings the instant and the stored state.
+//!
+//! - [`Quotas`]: the default limits and the overrides by tenant id.
+//! - [`RateWindow`]: commands accepted per tenant within the last second, exactly.
+//! - [`TenantPending`]: a tenant's pending timers, and the stored state of the keys a batch
+//!   names, brought up to date command by command.
+//! - [`decide`]: accept one command, or say which limit it exceeds.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use super::timer::{Action, Command, TimerState};
+
+/// The span `commands_per_second` counts over.
+pub const RATE_WINDOW: Duration = Duration::from_secs(1);
+
+/// The metric label of a tenant without an override of its own: the label set stays bounded by
+/// the configured overrides, whatever the number of tenants.
+pub const OTHER_TENANTS: &str = "_other";
+
+/// One tenant's limits; `None` is unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// Most pending (`Scheduled`) timers the tenant may hold.
+    pub max_pending: Option<u64>,
+    /// Most commands accepted from the tenant within any one-second span.
+    pub commands_per_second: Option<u32>,
+}
+
+impl Limits {
+    pub fn is_unlimited(&self) -> bool {
+        self.max_pending.is_none() && self.commands_per_second.is_none()
+    }
+}
+
+/// The quotas in force: limits for every tenant, and overrides by tenant id.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Quotas {
+    default: Limits,
+    tenants: HashMap<String, Limits>,
+}
+
+impl Quotas {
+    /// `tenants` are complete limits (an override's absent key already filled in from the
+    /// default).
+    pub fn new(default: Limits, tenants: HashMap<String, Limits>) -> Self {
+        Self { default, tenants }
+    }
+
+    /// The limits of `tenant`: its override, else the default.
+    pub fn limits(&self, tenant: &str) -> Limits {
+        self.tenants.get(tenant).copied().unwrap_or(self.default)
+    }
+
+    /// Whether no tenant has any limit: then nothing is counted at all.
+    pub fn is_unlimited(&self) -> bool {
+        self.default.is_unlimited() && self.tenants.values().all(Limits::is_unlimited)
+    }
+
+    /// The tenant label of the quota metrics: the tenant id when it has an override, else
+    /// [`OTHER_TENANTS`].
+    pub fn metric_tenant<'a>(&self, tenant: &'a str) -> &'a str {
+        if self.tenants.contains_key(tenant) {
+            tenant
+        } else {
+            OTHER_TENANTS
+        }
+    }
+}
+
+impl fmt::Display for Quotas {
+    /// One line for the log: the default, then each override in tenant order.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn limits(f: &mut fmt::Formatter<'_>, l: &Limits) -> fmt::Result {
+            let show = |v: Option<u64>| v.map_or("unlimited".to_owned(), |v| v.to_string());
+            write!(
+                f,
+                "max_pending={} commands_per_second={}",
+                show(l.max_pending),
+                show(l.commands_per_second.map(u64::from))
+            )
+        }
+        f.write_str("default: ")?;
+        limits(f, &self.default)?;
+        let mut tenants: Vec<_> = self.tenants.iter().collect();
+        tenants.sort_by(|a, b| a.0.cmp(b.0));
+        for (tenant, l) in tenants {
+            write!(f, "; {tenant}: ")?;
+            limits(f, l)?;
+        }
+        Ok(())
+    }
+}
+
+/// Which limit a command exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    MaxPending,
+    CommandsPerSecond,
+}
+
+impl Quota {
+    /// The setting's name: in the rejection reason and the metric's `quota` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Quota::MaxPending => "max_pending",
+            Quota::CommandsPerSecond => "commands_per_second",
+        }
+    }
+}
+
+/// A command past a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exceeded {
+    pub quota: Quota,
+    pub limit: u64,
+}
+
+impl Exceeded {
+    /// The rejection reason: `quota exceeded: max_pending 1000 for tenant acme`.
+    pub fn reason(&self, tenant: &str) -> String {
+        format!(
+            "quota exceeded: {} {} for tenant {tenant}",
+            self.quota.as_str(),
+            self.limit
+        )
+    }
+}
+
+/// Commands accepted per tenant within the last [`RATE_WINDOW`], exactly: a sliding log of the
+/// instants commands were accepted at, each with how many were accepted at that instant (the
+/// handler decides a whole batch at one instant, so a tenant holds one entry per batch, not
+/// one per command). A command counts from the instant it was accepted for one second, so at
+/// most `limit` are accepted within any one-second span. Only tenants with an accepted command
+/// in the last second hold an entry, once [`Self::forget_idle`] has run.
+#[derive(Debug, Default)]
+pub struct RateWindow {
+    tenants: HashMap<String, Accepted>,
+}
+
+/// One tenant's accepted commands of the last second, oldest first, and their sum.
+#[derive(Debug, Default)]
+struct Accepted {
+    at: VecDeque<(Instant, u32)>,
+    total: u64,
+}
+
+impl Accepted {
+    /// Drops what was accepted a second or more before `now`.
+    fn expire(&mut self, now: Instant) {
+        while let Some(&(at, n)) = self.at.front() {
+            if now.saturating_duration_since(at) < RATE_WINDOW {
+                break;
+            }
+            self.at.pop_front();
+            self.total -= u64::from(n);
+        }
+    }
+}
+
+impl RateWindow {
+    /// Whether one more command of `tenant` fits under `limit` at `now`.
+    pub fn has_room(&mut self, tenant: &str, limit: u32, now: Instant) -> bool {
+        match self.tenants.get_mut(tenant) {
+            Some(accepted) => {
+                accepted.expire(now);
+                accepted.total < u64::from(limit)
+            }
+            None => limit > 0,
+        }
+    }
+
+    /// Counts one command of `tenant` accepted at `now` (instants never go back: the daemon's
+    /// monotonic clock).
+    pub fn record(&mut self, tenant: &str, now: Instant) {
+        let accepted = self.tenants.entry(tenant.to_owned()).or_default();
+        match accepted.at.back_mut() {
+            Some((at, n)) if *at == now => *n += 1,
+            _ => accepted.at.push_back((now, 1)),
+        }
+        accepted.total += 1;
+    }
+
+    /// Forgets the tenants with nothing accepted in the last second at `now`.
+    pub fn forget_idle(&mut self, now: Instant) {
+        self.tenants.retain(|_, accepted| {
+            accepted.expire(now);
+            accepted.total > 0
+        });
+    }
+
+    /// Tenants holding an entry.
+    pub fn tenants(&self) -> usize {
+        self.tenants.len()
+    }
+}
+
+/// What is stored for one key, as far as quotas care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyState {
+    pub state: TimerState,
+    /// The order of the newest command applied to the key (see `domain::order`).
+    pub seq: u64,
+}
+
+/// One tenant's pending timers and the stored state of the keys a batch names, as the database
+/// had them, then brought up to date by each command accepted since ([`Self::apply`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantPending {
+    pub pending: u64,
+    /// Keys (service call ids) asked about that have a row; a key absent here has none.
+    pub keys: HashMap<String, KeyState>,
+}
+
+impl TenantPending {
+    /// Whether `command` would add a pending timer: a ScheduleTimer for a key with no row or a
+    /// cancelled one, newer than what the key last applied. A reschedule of a pending key, a
+    /// schedule of a fired one, a stale redelivery and every cancel add none.
+    pub fn adds(&self, command: &Command) -> bool {
+        if !matches!(command.action, Action::Schedule { .. }) {
+            return false;
+        }
+        match self.keys.get(&command.service_call_id) {
+            None => true,
+            Some(key) => key.state == TimerState::Cancelled && command.seq > key.seq,
+        }
+    }
+
+    /// Brings the count and the key's state up to date with an accepted `command`, by the
+    /// rules of docs/CONTRACT.md §3. A cancel of a pending key frees its place: the timer
+    /// either is cancelled or, claimed for firing already, is about to be `Reached`.
+    pub fn apply(&mut self, command: &Command) {
+        let current = self.keys.get(&command.service_call_id).copied();
+        let next = match (current, &command.action) {
+            (Some(key), _) if key.state == TimerState::Reached || command.seq <= key.seq => {
+                return;
+            }
+            (None, Action::Schedule { .. }) => {
+                self.pending += 1;
+                TimerState::Scheduled
+            }
+            (None, Action::Cancel) => TimerState::Cancelled,
+            (Some(key), Action::Schedule { .. }) => {
+                if key.state == TimerState::Cancelled {
+                    self.pending += 1;
+                }
+                TimerState::Scheduled
+            }
+            (Some(key), Action::Cancel) => {
+                if key.state == TimerState::Scheduled {
+                    self.pending = self.pending.saturating_sub(1);
+                }
+                TimerState::Cancelled
+            }
+        };
+        self.keys.insert(
+            command.service_call_id.clone(),
+            KeyState {
+                state: next,
+                seq: command.seq,
+            },
+        );
+    }
+}
+
+/// Decides one command of its tenant at `now`: accepted (then counted in `rate` and applied to
+/// `pending`) or past a limit. The rate is checked first; a command refused by either limit
+/// takes no place in the window. `pending` is the tenant's count when it has a pending limit.
+///
+/// A CancelTimer is never refused: refusing one would let fire a timer its client wanted
+/// stopped, and the query API's `cancel`, applied before the command reaches this point,
+/// would be contradicted. It still takes its place in the window, so a flood of cancels
+/// leaves no room for schedules.
+pub fn decide(
+    limits: Limits,
+    rate: &mut RateWindow,
+    pending: Option<&mut TenantPending>,
+    command: &Command,
+    now: Instant,
+) -> Result<(), Exceeded> {
+    let schedule = matches!(command.action, Action::Schedule { .. });
+    if let Some(limit) = limits.commands_per_second
+        && schedule
+        && !rate.has_room(&command.tenant_id, limit, now)
+    {
+        return Err(Exceeded {
+            quota: Quota::CommandsPerSecond,
+            limit: limit.into(),
+        });
+    }
+    if let (Some(limit), Some(pending)) = (limits.max_pending, pending) {
+        if pending.adds(command) && pending.pending >= limit {
+            return Err(Exceeded {
+                quota: Quota::MaxPending,
+                limit,
+            });
+        }
+        pending.apply(command);
+    }
+    if limits.commands_per_second.is_some() {
+        rate.record(&command.tenant_id, now);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
