@@ -22,12 +22,14 @@ use crate::nats::BrokerNames;
 pub mod duration;
 mod env;
 mod postgres;
+mod quotas;
 pub mod redact;
 mod sqlite;
 mod validate;
 
 use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
 pub use postgres::PostgresSettings;
+pub use quotas::{QuotaSettings, TenantQuotaSettings, parse_tenants};
 pub use redact::{Secret, redact_url};
 pub use sqlite::{SqliteSettings, Synchronous};
 use validate::check_name;
@@ -108,6 +110,8 @@ pub struct Config {
     pub http: HttpSettings,
     pub log: LogSettings,
     pub retention: RetentionSettings,
+    /// Per-tenant limits; the only settings a running daemon reloads (on SIGHUP).
+    pub quotas: QuotaSettings,
 }
 
 /// `[nats]`: names of the broker objects and subjects, stream settings, authentication.
@@ -212,6 +216,7 @@ impl std::fmt::Debug for Config {
             http,
             log,
             retention,
+            quotas,
         } = self;
         f.debug_struct("Config")
             .field("broker_url", &redact_url(broker_url))
@@ -229,6 +234,7 @@ impl std::fmt::Debug for Config {
             .field("http", http)
             .field("log", log)
             .field("retention", retention)
+            .field("quotas", quotas)
             .finish()
     }
 }
@@ -251,6 +257,7 @@ impl Default for Config {
             http: HttpSettings::default(),
             log: LogSettings::default(),
             retention: RetentionSettings::default(),
+            quotas: QuotaSettings::default(),
         }
     }
 }

@@ -355,3 +355,151 @@ fn zero_keepalives_keep_the_servers_own() {
         ]
     );
 }
+
+#[test]
+fn quotas_are_read_from_the_file_with_overrides_by_tenant() {
+    use crate::domain::quota::Limits;
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "config.toml",
+            "[quotas]\nmax_pending = 500\ncommands_per_second = 20\n\
+             [quotas.tenants.acme]\nmax_pending = 1000\ncommands_per_second = 50\n\
+             [quotas.tenants.globex]\nmax_pending = 10\n\
+             [quotas.tenants.initech]\ncommands_per_second = 0\n",
+        )?;
+        let quotas = load_in(jail).unwrap().quotas.quotas();
+        let limits = |max_pending, commands_per_second| Limits {
+            max_pending,
+            commands_per_second,
+        };
+        assert_eq!(quotas.limits("acme"), limits(Some(1000), Some(50)));
+        // A key an override leaves out takes the default; 0 is unlimited for that tenant.
+        assert_eq!(quotas.limits("globex"), limits(Some(10), Some(20)));
+        assert_eq!(quotas.limits("initech"), limits(Some(500), None));
+        assert_eq!(quotas.limits("anyone"), limits(Some(500), Some(20)));
+        Ok(())
+    });
+}
+
+#[test]
+fn quotas_are_unlimited_by_default() {
+    assert!(Config::default().quotas.quotas().is_unlimited());
+}
+
+#[test]
+fn quotas_are_set_by_environment_and_the_tenants_text_replaces_the_file_table() {
+    use crate::domain::quota::Limits;
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "config.toml",
+            "[quotas]\nmax_pending = 5\n[quotas.tenants.acme]\nmax_pending = 7\n",
+        )?;
+        jail.set_env("TIMER_QUOTAS_MAX_PENDING", "100");
+        jail.set_env("TIMER_QUOTAS_COMMANDS_PER_SECOND", "30");
+        jail.set_env(
+            "TIMER_QUOTAS_TENANTS",
+            " globex : max_pending=1000, commands_per_second=50 ; initech:max_pending=0;",
+        );
+        let config = load_in(jail).unwrap();
+        assert_eq!(config.quotas.max_pending, 100);
+        assert_eq!(config.quotas.commands_per_second, 30);
+        let quotas = config.quotas.quotas();
+        assert_eq!(
+            quotas.limits("globex"),
+            Limits {
+                max_pending: Some(1000),
+                commands_per_second: Some(50)
+            }
+        );
+        assert_eq!(
+            quotas.limits("initech"),
+            Limits {
+                max_pending: None,
+                commands_per_second: Some(30)
+            }
+        );
+        // acme's override was the file's: the variable replaced the whole table.
+        assert_eq!(quotas.limits("acme"), quotas.limits("anyone"));
+        Ok(())
+    });
+    Jail::expect_with(|jail| {
+        jail.create_file("config.toml", "[quotas.tenants.acme]\nmax_pending = 7\n")?;
+        jail.set_env("TIMER_QUOTAS_TENANTS", "");
+        assert!(load_in(jail).unwrap().quotas.tenants.is_empty());
+        Ok(())
+    });
+}
+
+#[test]
+fn a_bad_quota_names_the_setting_and_its_source() {
+    let cases: &[Case] = &[
+        (
+            None,
+            &[("TIMER_QUOTAS_TENANTS", "acme:max_pending=lots")],
+            &[
+                "quotas.tenants",
+                "TIMER_QUOTAS_TENANTS",
+                "acme",
+                "max_pending",
+                "\"lots\"",
+            ],
+        ),
+        (
+            None,
+            &[("TIMER_QUOTAS_TENANTS", "acme max_pending=1")],
+            &["quotas.tenants", "TIMER_QUOTAS_TENANTS", "':' is missing"],
+        ),
+        (
+            None,
+            &[("TIMER_QUOTAS_TENANTS", "acme:colour=1")],
+            &["TIMER_QUOTAS_TENANTS", "unknown key \"colour\""],
+        ),
+        (
+            None,
+            &[(
+                "TIMER_QUOTAS_TENANTS",
+                "acme:max_pending=1;acme:max_pending=2",
+            )],
+            &["TIMER_QUOTAS_TENANTS", "acme is given twice"],
+        ),
+        (
+            None,
+            &[("TIMER_QUOTAS_TENANTS", "bad~id:max_pending=1")],
+            &["TIMER_QUOTAS_TENANTS", "bad~id"],
+        ),
+        (
+            None,
+            &[("TIMER_QUOTAS_TENANTS", "acme:")],
+            &["TIMER_QUOTAS_TENANTS", "sets nothing"],
+        ),
+        (
+            None,
+            &[("TIMER_QUOTAS_MAX_PENDING", "-1")],
+            &["quotas.max_pending", "TIMER_QUOTAS_MAX_PENDING"],
+        ),
+        (
+            None,
+            &[("TIMER_QUOTAS_COMMANDS_PER_SECOND", "fast")],
+            &[
+                "quotas.commands_per_second",
+                "TIMER_QUOTAS_COMMANDS_PER_SECOND",
+            ],
+        ),
+        (
+            Some("[quotas.tenants.\"bad~id\"]\nmax_pending = 1\n"),
+            &[],
+            &["quotas.tenants", "config.toml", "bad~id"],
+        ),
+        (
+            Some("[quotas.tenants.acme]\ncolour = 1\n"),
+            &[],
+            &["colour", "config.toml"],
+        ),
+        (
+            Some("[quotas]\nmax_pending = -3\n"),
+            &[],
+            &["quotas.max_pending", "config.toml"],
+        ),
+    ];
+    expect_errors(cases);
+}

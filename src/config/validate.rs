@@ -96,6 +96,7 @@ impl Config {
         }
         self.nats.validate_auth()?;
         self.postgres.validate()?;
+        self.quotas.validate()?;
         Ok(())
     }
 }
