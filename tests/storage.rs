@@ -637,6 +637,50 @@ async fn stats_count_pending_and_overdue_timers() {
     assert_eq!(stats.next_due_at, Some(at(0)));
 }
 
+/// What the pending limit reads: each tenant's pending count (tenants with none count 0) and
+/// the state and last command of the keys asked about that have a row.
+#[tokio::test]
+async fn pending_of_counts_each_tenants_pending_timers_and_reads_the_keys_asked_about() {
+    use timer_service::domain::quota::KeyState;
+    let (_dir, store) = store().await;
+    let me = claimant();
+    store
+        .apply(&[
+            schedule("acme", "p1", 1, 100),
+            schedule("acme", "p2", 2, 200),
+            schedule("acme", "fired", 3, 0),
+            schedule("acme", "gone", 4, 300),
+            cancel("acme", "gone", 5, 0),
+            schedule("globex", "p1", 6, 100),
+        ])
+        .await
+        .unwrap();
+    let due = store.claim_due(at(50), None, 10, &me).await.unwrap();
+    store
+        .mark_reached(&[(due.timers.into(), at(50))])
+        .await
+        .unwrap();
+    let asked = vec![
+        (
+            "acme".to_owned(),
+            ["p1", "fired", "gone", "never"].map(String::from).to_vec(),
+        ),
+        ("initech".to_owned(), vec!["p1".to_owned()]),
+    ];
+    let pending = store.pending_of(&asked).await.unwrap();
+    assert_eq!(pending.len(), 2, "globex was not asked about");
+    let acme = &pending["acme"];
+    assert_eq!(acme.pending, 2);
+    let state = |id: &str| acme.keys.get(id).copied();
+    let key = |state, seq| Some(KeyState { state, seq });
+    assert_eq!(state("p1"), key(TimerState::Scheduled, 1));
+    assert_eq!(state("fired"), key(TimerState::Reached, 3));
+    assert_eq!(state("gone"), key(TimerState::Cancelled, 5));
+    assert_eq!(state("never"), None);
+    assert_eq!(pending["initech"].pending, 0);
+    assert!(pending["initech"].keys.is_empty());
+}
+
 #[tokio::test]
 async fn the_schema_refuses_bad_rows_and_migrating_twice_is_harmless() {
     let scratch = Scratch::new();

@@ -12,6 +12,7 @@
 //! - `commands`: applying commands and cancels, and the epochs of the command stream.
 //! - `firing`: claiming due timers, marking them `Reached`, and when to look again.
 //! - `queries`: the query API's reads (`get`, `list`, `stats`).
+//! - `quotas`: what the pending limit needs (a tenant's pending count, its keys' states).
 //! - `retention`: deleting finished timers.
 //! - `probe`: the health probe, the pending count, the WAL catch-up.
 //! - `rows`: conversions between stored rows and the domain's types.
@@ -26,6 +27,7 @@ pub mod entity;
 pub mod fair;
 pub mod firing;
 pub mod queries;
+pub mod quotas;
 
 mod backend;
 mod commands;
@@ -354,6 +356,17 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<TenantStats, StoreError> {
         queries::stats(self, tenant_id, now).await
+    }
+
+    /// For the pending limit of each tenant in `asked` (docs/CONTRACT.md §9): how many timers
+    /// it holds pending, and the stored state of the keys (service call ids) asked about that
+    /// have a row. One count over all the tenants, then the keys by primary key.
+    pub async fn pending_of(
+        &self,
+        asked: &[(String, Vec<String>)],
+    ) -> Result<std::collections::HashMap<String, crate::domain::quota::TenantPending>, StoreError>
+    {
+        quotas::pending_of(self, asked).await
     }
 
     /// Deletes up to `limit` finished timers (`Reached` or `Cancelled`) that finished more than

@@ -9,6 +9,7 @@ use timer_service::domain::api::{ListCursor, ListFilter};
 use timer_service::domain::{DuePosition, TimerState};
 use timer_service::storage::firing::due_query;
 use timer_service::storage::queries::list_queries;
+use timer_service::storage::quotas::{key_states_query, pending_counts_query};
 
 pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, String)>, DbErr> {
     let backend = db.get_database_backend();
@@ -55,6 +56,16 @@ pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, Str
             shapes.push((format!("{name} #{i}"), query.build(backend)));
         }
     }
+    let tenants = ["acme".to_owned(), "globex".to_owned()];
+    shapes.push((
+        "pending counts".to_owned(),
+        pending_counts_query(&tenants).build(backend),
+    ));
+    let keys = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
+    shapes.push((
+        "key states".to_owned(),
+        key_states_query("acme", &keys).build(backend),
+    ));
     let mut plans = Vec::new();
     for (name, statement) in shapes {
         let values = statement.values.map(|v| v.0).unwrap_or_default();

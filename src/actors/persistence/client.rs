@@ -2,7 +2,7 @@
 //! [`PersistenceClient::run`] (or [`PersistenceClient::run_queued`]), which sends it to the
 //! actor and brings its result back.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +16,7 @@ use super::{Op, Operation, Persistence, PersistenceMsg};
 use crate::actors::registry::Registry;
 use crate::actors::supervisor::NamedActor;
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
+use crate::domain::quota::TenantPending;
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use crate::storage::fair::FairBatch;
 use crate::storage::{Claimant, DueBatch, Store, StoreError};
@@ -223,6 +224,20 @@ impl PersistenceClient {
         let tenant_id = tenant_id.to_owned();
         self.run("stats", Op::Read, 1, move |store, _| {
             Box::pin(async move { store.stats(&tenant_id, now).await })
+        })
+        .await
+    }
+
+    /// The pending count of each tenant in `asked` and the stored state of the keys asked
+    /// about (see [`Store::pending_of`]), after every operation already sent: the commands
+    /// handed over before it are counted.
+    pub async fn pending_of(
+        &self,
+        asked: Vec<(String, Vec<String>)>,
+    ) -> Result<HashMap<String, TenantPending>, CallError> {
+        let rows = asked.iter().map(|(_, keys)| keys.len()).sum();
+        self.run("pending_of", Op::Read, rows, move |store, _| {
+            Box::pin(async move { store.pending_of(&asked).await })
         })
         .await
     }
