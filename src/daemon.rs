@@ -22,6 +22,7 @@ use crate::actors::{
     PersistenceClient, Poller, Registry, Supervisor, SupervisorArgs, SupervisorMsg,
 };
 use crate::config::{Config, DaemonName};
+use crate::domain::quota::Quotas;
 use crate::health::{Health, Status};
 use crate::nats::{
     self, JetStreamCommandPublisher, JetStreamCommandSourceFactory, NatsApiServer, NatsEventBus,
@@ -80,6 +81,8 @@ pub struct Daemon {
     /// The name this daemon holds on `database`, given up at a graceful stop.
     name: String,
     database: DatabaseTarget,
+    /// The quotas in force, read by the CommandHandler at each batch.
+    quotas: tokio::sync::watch::Sender<Arc<Quotas>>,
 }
 
 impl Daemon {
@@ -124,6 +127,8 @@ impl Daemon {
         let bus = Arc::new(NatsEventBus::new(js.clone(), names.clone()));
         let registry = Registry::new(name);
         let exit = Arc::new(Mutex::new(None));
+        let (quotas, quotas_in_force) =
+            tokio::sync::watch::channel(Arc::new(config.quotas.quotas()));
         // The children, in start order: Persistence first, since the others call it.
         let mut children = vec![
             ChildSpec::of::<Persistence>(PersistenceArgs {
@@ -155,6 +160,7 @@ impl Daemon {
                 subjects: subjects.clone(),
                 batch_size: config.batch_size,
                 max_command_bytes: config.max_command_bytes,
+                quotas: quotas_in_force,
             }),
             ChildSpec::of::<ApiResponder>(ApiResponderArgs {
                 registry: registry.clone(),
@@ -220,6 +226,7 @@ impl Daemon {
             actor_names,
             name: name.to_owned(),
             database,
+            quotas,
         })
     }
 
@@ -256,6 +263,16 @@ impl Daemon {
             }
             Err(_) => Err(DaemonError::ShutdownTimeout(SHUTDOWN_TIMEOUT)),
         }
+    }
+
+    /// Puts `quotas` in force: the commands handled from now on are held to them.
+    pub fn set_quotas(&self, quotas: Quotas) {
+        self.quotas.send_replace(Arc::new(quotas));
+    }
+
+    /// The quotas in force.
+    pub fn quotas(&self) -> Arc<Quotas> {
+        self.quotas.borrow().clone()
     }
 
     /// Kills one actor as a crash would. For drills and tests of supervision.

@@ -34,6 +34,10 @@ pub const API_REQUESTS: &str = "timer_api_requests_total";
 pub const API_REQUESTS_DROPPED: &str = "timer_api_requests_dropped_total";
 /// Finished timers deleted by retention.
 pub const RETENTION_DELETED: &str = "timer_retention_deleted_total";
+/// Commands rejected past a tenant's quota, by `quota` (`max_pending`, `commands_per_second`)
+/// and `tenant`: the tenant id for a tenant with an override in `[quotas.tenants]`, `_other`
+/// for every other, so the label set stays as small as the configuration.
+pub const QUOTA_REJECTIONS: &str = "timer_quota_rejections_total";
 
 /// Bucket bounds for the latency histograms, in seconds: sub-millisecond to a minute.
 const BUCKETS: &[f64] = &[
@@ -91,6 +95,10 @@ fn describe() {
     describe_gauge!(STORAGE_OK, "1 while the database accepts writes");
     describe_counter!(API_REQUESTS, "API requests answered, by verb and code");
     describe_counter!(RETENTION_DELETED, "Finished timers deleted by retention");
+    describe_counter!(
+        QUOTA_REJECTIONS,
+        "Commands rejected past a tenant's quota, by quota and tenant (_other: tenants without an override)"
+    );
     describe_counter!(
         API_REQUESTS_DROPPED,
         "API requests dropped unanswered, by reason (a reply subject outside the inbox prefix, none)"

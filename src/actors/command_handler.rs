@@ -17,6 +17,9 @@
 //! A batch the database refuses because of some of its commands (a value it cannot store,
 //! rather than an outage: see [`crate::storage::StoreError::refused_row`]) is split until those
 //! stand alone (`split`); they are rejected with the database's reason, the rest stored.
+//!
+//! Between validation and storage, the per-tenant quotas are applied (`quota`): a command past
+//! a tenant's limit is rejected like a bad one.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -33,6 +36,7 @@ use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::backoff;
 use crate::domain::command::generated_correlation_id;
+use crate::domain::quota::RateWindow;
 use crate::domain::subjects::UNKNOWN_TENANT;
 use crate::domain::tenant::check_tenant_id;
 use crate::domain::{
@@ -41,8 +45,10 @@ use crate::domain::{
 use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus, InboundCommand};
 use crate::storage::StoreError;
 
+mod quota;
 mod rejection;
 mod split;
+pub use quota::QuotaHandle;
 use rejection::reject;
 use split::{Failure, split};
 
@@ -86,6 +92,8 @@ pub struct CommandHandlerArgs {
     pub subjects: Subjects,
     pub batch_size: usize,
     pub max_command_bytes: usize,
+    /// The per-tenant quotas in force.
+    pub quotas: QuotaHandle,
 }
 
 /// What became of one batch: stored and acknowledged, or handed back to the broker because it
@@ -115,6 +123,8 @@ pub struct CommandHandlerState {
     store_failure: Option<String>,
     /// The epoch of each incarnation of the command stream met (see `domain::order`).
     epochs: HashMap<StreamIncarnation, u32>,
+    /// Commands accepted per tenant in the last second, for `commands_per_second`.
+    rate: RateWindow,
 }
 
 pub enum CommandHandlerMsg {
@@ -144,6 +154,7 @@ impl Actor for CommandHandler {
             stored_any: false,
             store_failure: None,
             epochs: HashMap::new(),
+            rate: RateWindow::default(),
         })
     }
 
@@ -292,17 +303,26 @@ async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundComm
             Err(rejection) => rejected.push((command, rejection, order)),
         }
     }
+    let admitted = quota::admit(&mut state.rate, args, &state.gathered, accepted, to_ack).await;
+    rejected.extend(admitted.rejected);
     if !rejected.is_empty() {
         reject(args, rejected).await;
     }
-    if !unordered.is_empty() {
-        let cause = hand_back(&unordered, "their stream's epoch is unknown".into()).await;
-        if let Err(cause) = cause {
+    for (commands, cause) in [
+        (
+            unordered,
+            Some("their stream's epoch is unknown".to_owned()),
+        ),
+        (admitted.undecided, admitted.failure),
+    ] {
+        if let (false, Some(cause)) = (commands.is_empty(), cause)
+            && let Err(cause) = hand_back(&commands, cause).await
+        {
             state.store_failure = Some(cause);
         }
     }
-    state.gathered.extend(accepted);
-    state.gathered_inbound.extend(to_ack);
+    state.gathered.extend(admitted.accepted);
+    state.gathered_inbound.extend(admitted.inbound);
 }
 
 /// Learns the epoch of each stream incarnation in `commands` not met before (one
