@@ -1,7 +1,8 @@
 //! Assembling and running the daemon: migrate the database, connect to the broker, start the
-//! Supervisor, and stop everything gracefully when asked.
+//! Supervisor, reload the quotas on SIGHUP, and stop everything gracefully when asked.
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -275,6 +276,31 @@ impl Daemon {
         self.quotas.borrow().clone()
     }
 
+    /// Reads the configuration at `path` again (the file, then the environment) and puts its
+    /// quotas in force. `running` is the configuration the daemon runs with: other settings
+    /// that differ from it are only logged, since they take effect at the next start. A
+    /// configuration that does not load keeps the quotas in force.
+    pub fn reload(&self, path: &Path, running: &mut Config) {
+        let config = match Config::load(path) {
+            Ok(loaded) => loaded.config,
+            Err(e) => {
+                tracing::error!(error = %e, config = %path.display(),
+                    "configuration not reloaded: it is invalid; the quotas in force are kept");
+                return;
+            }
+        };
+        let quotas = config.quotas.quotas();
+        let changed = *self.quotas() != quotas;
+        tracing::info!(config = %path.display(), changed, quotas = %quotas, "quotas reloaded");
+        self.set_quotas(quotas);
+        running.quotas = config.quotas.clone();
+        let others = running.changed_settings(&config);
+        if !others.is_empty() {
+            tracing::warn!(settings = ?others,
+                "settings changed in the configuration take effect at the next start; only [quotas] is reloaded");
+        }
+    }
+
     /// Kills one actor as a crash would. For drills and tests of supervision.
     pub fn inject_fault(&self, actor: &str) {
         let _ = self
@@ -375,8 +401,23 @@ async fn release_name(database: &DatabaseTarget, name: &str) {
 }
 
 /// Runs the daemon until `shutdown` resolves (then stops gracefully) or until it stops on its
-/// own with an error.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
+/// own with an error. On SIGHUP it reads `config_path` and the environment again and puts the
+/// new quotas in force ([`Daemon::reload`]).
+pub async fn run(
+    config: Config,
+    config_path: &Path,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    // Listened for from here on: SIGHUP's default action ends the process, so one sent while
+    // the daemon starts must find the handler in place. It is acted on once the daemon runs.
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => Some(signal),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP; quotas reload only at a restart");
+            None
+        }
+    };
+    let mut running = config.clone();
     let mut shutdown = std::pin::pin!(shutdown);
     // Start-up waits for a database that does not answer yet: a stop asked meanwhile ends it.
     let mut daemon = tokio::select! {
@@ -386,12 +427,28 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             return Ok(());
         }
     };
-    tokio::select! {
-        () = shutdown => {}
-        error = daemon.stopped() => {
-            tracing::error!(error = %error, "timer-service stopped on its own");
-            return Err(error);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            error = daemon.stopped() => {
+                tracing::error!(error = %error, "timer-service stopped on its own");
+                return Err(error);
+            }
+            () = next_hangup(&mut hangup) => {
+                tracing::info!(signal = "SIGHUP", "configuration reload requested");
+                daemon.reload(config_path, &mut running);
+            }
         }
     }
     daemon.shutdown().await
+}
+
+/// The next SIGHUP; never, when it cannot be listened for.
+async fn next_hangup(hangup: &mut Option<tokio::signal::unix::Signal>) {
+    if let Some(signal) = hangup
+        && signal.recv().await.is_some()
+    {
+        return;
+    }
+    std::future::pending().await
 }

@@ -72,7 +72,7 @@ fn main() -> ExitCode {
     }
     let result = runtime.block_on(async {
         match cli.command.unwrap_or(Command::Run) {
-            Command::Run => match timer_service::run(config, shutdown_signal()).await {
+            Command::Run => match timer_service::run(config, &cli.config, shutdown_signal()).await {
                 // Another live daemon holds the name: a setting to change, like a bad one.
                 Err(e @ DaemonError::NameHeld { .. }) => {
                     tracing::error!(error = %e, "timer-service cannot start");

@@ -19,6 +19,7 @@ use crate::domain::Subjects;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::nats::BrokerNames;
 
+mod changes;
 pub mod duration;
 mod env;
 mod postgres;

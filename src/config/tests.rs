@@ -503,3 +503,25 @@ fn a_bad_quota_names_the_setting_and_its_source() {
     ];
     expect_errors(cases);
 }
+
+#[test]
+fn changed_settings_are_named_by_key_path() {
+    let running = Config::default();
+    let mut changed = Config {
+        batch_size: 7,
+        ..Config::default()
+    };
+    changed.nats.password = Some("s3cret".into());
+    changed.nats.user = Some("svc".into());
+    changed.quotas.max_pending = 10;
+    assert_eq!(
+        running.changed_settings(&changed),
+        [
+            "batch_size",
+            "nats.password",
+            "nats.user",
+            "quotas.max_pending"
+        ]
+    );
+    assert!(running.changed_settings(&Config::default()).is_empty());
+}
