@@ -128,8 +128,11 @@ impl Daemon {
         let bus = Arc::new(NatsEventBus::new(js.clone(), names.clone()));
         let registry = Registry::new(name);
         let exit = Arc::new(Mutex::new(None));
-        let (quotas, quotas_in_force) =
-            tokio::sync::watch::channel(Arc::new(config.quotas.quotas()));
+        let in_force = config.quotas.quotas();
+        if !in_force.is_unlimited() {
+            tracing::info!(quotas = %in_force, "quotas in force");
+        }
+        let (quotas, quotas_in_force) = tokio::sync::watch::channel(Arc::new(in_force));
         // The children, in start order: Persistence first, since the others call it.
         let mut children = vec![
             ChildSpec::of::<Persistence>(PersistenceArgs {
