@@ -161,6 +161,18 @@ impl DaemonProcess {
         env: &[(&str, &str)],
         unset: &[&str],
     ) -> Self {
+        let config = scratch.dir.path().join("absent-config.toml");
+        Self::start_configured(server, scratch, &config, env, unset)
+    }
+
+    /// Like [`Self::start_without`], reading the configuration file `config`.
+    pub fn start_configured(
+        server: &NatsServer,
+        scratch: &Scratch,
+        config: &std::path::Path,
+        env: &[(&str, &str)],
+        unset: &[&str],
+    ) -> Self {
         let log = scratch
             .dir
             .path()
@@ -170,7 +182,7 @@ impl DaemonProcess {
         command
             .arg("run")
             .arg("--config")
-            .arg(scratch.dir.path().join("absent-config.toml"))
+            .arg(config)
             .env("TIMER_BROKER_URL", server.url())
             .env("TIMER_DB_PATH", scratch.db_path())
             .envs(
