@@ -268,7 +268,10 @@ impl TenantPending {
 
 /// Decides one command of its tenant at `now`: accepted (then counted in `rate` and applied to
 /// `pending`) or past a limit. The rate is checked first; a command refused by either limit
-/// takes no place in the window. `pending` is the tenant's count when it has a pending limit.
+/// takes no place in the window. `rate` is `None` for a command the broker delivers again,
+/// which was counted when first delivered: a storage outage that hands a batch back must not
+/// turn its commands into rejections when they return. `pending` is the tenant's count when it
+/// has a pending limit.
 ///
 /// A CancelTimer is never refused: refusing one would let fire a timer its client wanted
 /// stopped, and the query API's `cancel`, applied before the command reaches this point,
@@ -276,13 +279,13 @@ impl TenantPending {
 /// leaves no room for schedules.
 pub fn decide(
     limits: Limits,
-    rate: &mut RateWindow,
+    mut rate: Option<&mut RateWindow>,
     pending: Option<&mut TenantPending>,
     command: &Command,
     now: Instant,
 ) -> Result<(), Exceeded> {
     let schedule = matches!(command.action, Action::Schedule { .. });
-    if let Some(limit) = limits.commands_per_second
+    if let (Some(limit), Some(rate)) = (limits.commands_per_second, rate.as_deref_mut())
         && schedule
         && !rate.has_room(&command.tenant_id, limit, now)
     {
@@ -300,7 +303,7 @@ pub fn decide(
         }
         pending.apply(command);
     }
-    if limits.commands_per_second.is_some() {
+    if let (Some(_), Some(rate)) = (limits.commands_per_second, rate) {
         rate.record(&command.tenant_id, now);
     }
     Ok(())

@@ -234,8 +234,8 @@ impl CommandSource for JetStreamCommandSource {
 /// Wraps a delivered message; a message without JetStream metadata cannot be ordered and is
 /// terminated.
 fn inbound(message: jetstream::Message, stream: Arc<StreamIncarnation>) -> Option<InboundCommand> {
-    let sequence = match message.info() {
-        Ok(info) => info.stream_sequence,
+    let (sequence, redelivered) = match message.info() {
+        Ok(info) => (info.stream_sequence, info.delivered > 1),
         Err(e) => {
             tracing::error!(actor = "command_handler", subject = %message.subject, error = %e,
                 "delivered message has no JetStream metadata; terminating it");
@@ -251,6 +251,7 @@ fn inbound(message: jetstream::Message, stream: Arc<StreamIncarnation>) -> Optio
         payload: message.payload,
         sequence,
         stream,
+        redelivered,
         delivery: Box::new(JetStreamDelivery(acker)),
     })
 }

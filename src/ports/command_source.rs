@@ -31,6 +31,9 @@ pub struct InboundCommand {
     /// The incarnation of the command stream that delivered it (a stream deleted and created
     /// again numbers from 1 anew).
     pub stream: Arc<StreamIncarnation>,
+    /// Whether the broker delivered it before (it was handed back, or its daemon stopped
+    /// before settling it): it was counted against its tenant's rate then.
+    pub redelivered: bool,
     pub delivery: Box<dyn Delivery>,
 }
 
@@ -40,6 +43,7 @@ impl std::fmt::Debug for InboundCommand {
             .field("subject", &self.subject)
             .field("sequence", &self.sequence)
             .field("stream", &self.stream)
+            .field("redelivered", &self.redelivered)
             .field("bytes", &self.payload.len())
             .finish()
     }

@@ -80,7 +80,8 @@ pub(super) async fn admit(
             None => None,
         };
         let limits = quotas.limits(&command.tenant_id);
-        match decide(limits, rate, tenant_pending, &command, now) {
+        let window = (!delivery.redelivered).then_some(&mut *rate);
+        match decide(limits, window, tenant_pending, &command, now) {
             Ok(()) => {
                 admitted.accepted.push(command);
                 admitted.inbound.push(delivery);

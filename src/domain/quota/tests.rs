@@ -49,7 +49,7 @@ fn decide_all(limits: Limits, start: Instant, arrivals: &[Duration]) -> Vec<bool
         .enumerate()
         .map(|(i, offset)| {
             let command = schedule("acme", &format!("sc-{i}"), i as u64 + 1);
-            decide(limits, &mut window, None, &command, start + *offset).is_ok()
+            decide(limits, Some(&mut window), None, &command, start + *offset).is_ok()
         })
         .collect()
 }
@@ -71,7 +71,7 @@ fn room_comes_back_one_second_after_each_accepted_command() {
     let mut at = |offset: u64, seq: u64| {
         decide(
             rate(2),
-            &mut window,
+            Some(&mut window),
             None,
             &schedule("acme", "k", seq),
             start + ms(offset),
@@ -95,7 +95,7 @@ fn refused_commands_take_no_place_in_the_window() {
     for seq in 0..100 {
         let _ = decide(
             rate(1),
-            &mut window,
+            Some(&mut window),
             None,
             &schedule("acme", "k", seq),
             start + ms(seq * 9),
@@ -105,7 +105,7 @@ fn refused_commands_take_no_place_in_the_window() {
     assert!(
         decide(
             rate(1),
-            &mut window,
+            Some(&mut window),
             None,
             &schedule("acme", "k", 101),
             start + ms(1000)
@@ -123,7 +123,7 @@ fn tenants_are_counted_apart_and_forgotten_after_a_quiet_second() {
             assert!(
                 decide(
                     rate(3),
-                    &mut window,
+                    Some(&mut window),
                     None,
                     &schedule(tenant, "k", seq),
                     start
@@ -150,7 +150,7 @@ fn a_tenant_without_a_rate_limit_holds_no_state() {
         let mut pending = TenantPending::default();
         decide(
             pending_limit(100),
-            &mut window,
+            Some(&mut window),
             Some(&mut pending),
             &schedule("acme", "k", seq),
             now,
@@ -165,9 +165,27 @@ fn cancels_are_never_refused_and_still_fill_the_window() {
     let now = Instant::now();
     let mut window = RateWindow::default();
     for seq in 0..5 {
-        assert!(decide(rate(2), &mut window, None, &cancel("acme", "k", seq), now).is_ok());
+        assert!(
+            decide(
+                rate(2),
+                Some(&mut window),
+                None,
+                &cancel("acme", "k", seq),
+                now
+            )
+            .is_ok()
+        );
     }
-    assert!(decide(rate(2), &mut window, None, &schedule("acme", "k", 9), now).is_err());
+    assert!(
+        decide(
+            rate(2),
+            Some(&mut window),
+            None,
+            &schedule("acme", "k", 9),
+            now
+        )
+        .is_err()
+    );
 }
 
 #[test]
@@ -201,7 +219,8 @@ fn the_pending_limit_counts_new_keys_only() {
         ]),
     };
     let limits = pending_limit(3);
-    let mut run = |command: Command| decide(limits, &mut window, Some(&mut pending), &command, now);
+    let mut run =
+        |command: Command| decide(limits, Some(&mut window), Some(&mut pending), &command, now);
     // One place left: a new key takes it.
     assert!(run(schedule("acme", "new-1", 20)).is_ok());
     let refused = run(schedule("acme", "new-2", 21)).unwrap_err();
@@ -232,7 +251,7 @@ fn a_key_scheduled_twice_in_one_batch_counts_once() {
     for seq in 1..=3 {
         decide(
             pending_limit(1),
-            &mut window,
+            Some(&mut window),
             Some(&mut pending),
             &schedule("acme", "same", seq),
             now,
@@ -300,4 +319,51 @@ proptest! {
         let n = arrivals.len();
         prop_assert_eq!(accepted.iter().filter(|a| !**a).count(), n.saturating_sub(limit as usize));
     }
+}
+
+#[test]
+fn a_redelivered_command_is_neither_counted_again_nor_refused_by_the_rate() {
+    let now = Instant::now();
+    let mut window = RateWindow::default();
+    assert!(
+        decide(
+            rate(1),
+            Some(&mut window),
+            None,
+            &schedule("acme", "a", 1),
+            now
+        )
+        .is_ok()
+    );
+    // Handed back and delivered again within the second: accepted, and counted once.
+    assert!(
+        decide(
+            rate(1),
+            None,
+            None,
+            &schedule("acme", "a", 1),
+            now + ms(100)
+        )
+        .is_ok()
+    );
+    assert!(
+        decide(
+            rate(1),
+            Some(&mut window),
+            None,
+            &schedule("acme", "b", 2),
+            now + ms(999)
+        )
+        .is_err()
+    );
+    assert!(
+        decide(
+            rate(1),
+            Some(&mut window),
+            None,
+            &schedule("acme", "b", 2),
+            now + ms(1000)
+        )
+        .is_ok()
+    );
 }
