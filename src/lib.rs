@@ -10,24 +10,27 @@
 //!
 //! - [`domain`]: the rules, no I/O. `command` (parsing and validating commands), `tenant`
 //!   (tenant id rules), `timer` (rows, the rules table as a reference model), `order` (command
-//!   order across stream incarnations), `events` (the envelopes published), `api` (API
-//!   requests and replies), `subjects`, `envelope`, `timestamp`.
+//!   order across stream incarnations), `quota` (per-tenant limits and the decision for one
+//!   command), `events` (the envelopes published), `api` (API requests and replies),
+//!   `subjects`, `envelope`, `timestamp`.
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
 //!   [`ports::Clock`], the API's server and publisher (test doubles: `tests/common/doubles.rs`).
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker: `connection`,
 //!   `streams`, `command_source`, `event_bus`, `api_service`.
 //! - [`storage`]: the only code that touches the database. `mod.rs` is the store's face;
 //!   `backend` (the trait where SQLite and PostgreSQL differ) with `sqlite` and `postgres`;
-//!   one module per family of queries: `commands`, `firing`, `queries`, `retention`, `probe`;
+//!   one module per family of queries: `commands`, `firing`, `queries`, `quotas`,
+//!   `retention`, `probe`;
 //!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints).
 //! - [`actors`]: the Supervisor and its children — Persistence (with its client), Checkpointer,
 //!   CommandHandler, Poller, ApiResponder, Janitor, Gauges, Http — and the Registry.
 //! - [`config`]: `config.toml` + `TIMER_*` environment overrides (`env`, `validate`,
-//!   `duration`, `redact`, `sqlite`).
+//!   `duration`, `redact`, `sqlite`, `postgres`, `quotas`, `changes`).
 //! - [`backoff`]: the retry delays. [`health`]: what the daemon knows of its own health.
 //! - [`telemetry`]: metric names, the Prometheus recorder, and log formats.
 //! - [`client`]: a client of the public contract; [`cli`]: the `timer-service timers` commands.
-//! - [`daemon`]: wiring it all together; [`run`] is what `main` calls.
+//! - [`daemon`]: wiring it all together, and the quota reload on SIGHUP; [`run`] is what
+//!   `main` calls.
 
 pub mod actors;
 pub mod backoff;
