@@ -18,6 +18,7 @@ const SECTIONS: &[&str] = &[
     "log",
     "retention",
     "quotas",
+    "metrics",
 ];
 
 /// One line per problem, each naming the key and where its value came from: the file, or the
@@ -73,9 +74,15 @@ pub(super) fn unknown_env_key(error: &figment::Error) -> Option<String> {
 }
 
 /// Settings whose environment variable is taken as the text it is: the environment provider
-/// reads `007` as the number 7 and `true` as a boolean, which a user name or password is not;
-/// `quotas.tenants` is text its setting parses itself.
-const TEXT_SETTINGS: &[&str] = &["nats.user", "nats.password", "nats.token", "quotas.tenants"];
+/// reads `007` as the number 7 and `true` as a boolean, which a user name or password is not,
+/// nor a tenant id; `quotas.tenants` is text its setting parses itself.
+const TEXT_SETTINGS: &[&str] = &[
+    "nats.user",
+    "nats.password",
+    "nats.token",
+    "quotas.tenants",
+    "metrics.tenants",
+];
 
 pub(super) fn is_text_setting(key: &UncasedStr) -> bool {
     TEXT_SETTINGS.iter().any(|text| key == *text)

@@ -22,6 +22,7 @@ use crate::nats::BrokerNames;
 mod changes;
 pub mod duration;
 mod env;
+mod metrics;
 mod postgres;
 mod quotas;
 pub mod redact;
@@ -29,6 +30,7 @@ mod sqlite;
 mod validate;
 
 use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
+pub use metrics::{MAX_LABELLED_TENANTS, MetricsSettings};
 pub use postgres::PostgresSettings;
 pub use quotas::{QuotaSettings, TenantQuotaSettings, parse_tenants};
 pub use redact::{Secret, redact_url};
@@ -113,6 +115,7 @@ pub struct Config {
     pub retention: RetentionSettings,
     /// Per-tenant limits; the only settings a running daemon reloads (on SIGHUP).
     pub quotas: QuotaSettings,
+    pub metrics: MetricsSettings,
 }
 
 /// `[nats]`: names of the broker objects and subjects, stream settings, authentication.
@@ -218,6 +221,7 @@ impl std::fmt::Debug for Config {
             log,
             retention,
             quotas,
+            metrics,
         } = self;
         f.debug_struct("Config")
             .field("broker_url", &redact_url(broker_url))
@@ -236,6 +240,7 @@ impl std::fmt::Debug for Config {
             .field("log", log)
             .field("retention", retention)
             .field("quotas", quotas)
+            .field("metrics", metrics)
             .finish()
     }
 }
@@ -259,6 +264,7 @@ impl Default for Config {
             log: LogSettings::default(),
             retention: RetentionSettings::default(),
             quotas: QuotaSettings::default(),
+            metrics: MetricsSettings::default(),
         }
     }
 }

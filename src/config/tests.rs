@@ -524,4 +524,71 @@ fn changed_settings_are_named_by_key_path() {
         ]
     );
     assert!(running.changed_settings(&Config::default()).is_empty());
+fn labelled_tenants_are_a_list_in_the_file_and_commas_in_the_environment() {
+    assert!(
+        Config::default().metrics.tenants.is_empty(),
+        "none by default"
+    );
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "config.toml",
+            "[metrics]\ntenants = [\"acme\", \"globex\"]\n",
+        )?;
+        assert_eq!(load_in(jail).unwrap().metrics.tenants, ["acme", "globex"]);
+        // All digits, or a word serde would take for a boolean: still tenant ids, as text.
+        jail.set_env("TIMER_METRICS_TENANTS", " 007, true ,initech,");
+        assert_eq!(
+            load_in(jail).unwrap().metrics.tenants,
+            ["007", "true", "initech"]
+        );
+        jail.set_env("TIMER_METRICS_TENANTS", "acme");
+        assert_eq!(load_in(jail).unwrap().metrics.tenants, ["acme"]);
+        jail.set_env("TIMER_METRICS_TENANTS", "");
+        assert!(load_in(jail).unwrap().metrics.tenants.is_empty());
+        Ok(())
+    });
+}
+
+#[test]
+fn labelled_tenants_are_checked_and_bounded() {
+    let too_many = (0..=MAX_LABELLED_TENANTS)
+        .map(|i| format!("t{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    expect_errors(&[
+        (
+            None,
+            &[("TIMER_METRICS_TENANTS", "acme,not a tenant")],
+            &[
+                "metrics.tenants",
+                "TIMER_METRICS_TENANTS",
+                "\"not a tenant\"",
+            ],
+        ),
+        (
+            Some("[metrics]\ntenants = [\"acme\", \"a.b\"]\n"),
+            &[],
+            &["metrics.tenants", "config.toml", "\"a.b\""],
+        ),
+        (
+            None,
+            &[("TIMER_METRICS_TENANTS", "acme,globex,acme")],
+            &["metrics.tenants", "\"acme\" is listed twice"],
+        ),
+        (
+            None,
+            &[("TIMER_METRICS_TENANTS", &too_many)],
+            &["metrics.tenants", "101 tenants listed", "100"],
+        ),
+        (
+            Some("[metrics]\ntenants = 5\n"),
+            &[],
+            &["metrics.tenants", "a list of tenant ids"],
+        ),
+        (
+            Some("[metrics]\ncolour = \"blue\"\n"),
+            &[],
+            &["metrics.colour", "config.toml"],
+        ),
+    ]);
 }

@@ -97,6 +97,7 @@ impl Config {
         self.nats.validate_auth()?;
         self.postgres.validate()?;
         self.quotas.validate()?;
+        self.metrics.validate()?;
         Ok(())
     }
 }
