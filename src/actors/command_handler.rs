@@ -40,7 +40,8 @@ use crate::domain::quota::RateWindow;
 use crate::domain::subjects::UNKNOWN_TENANT;
 use crate::domain::tenant::check_tenant_id;
 use crate::domain::{
-    Action, Arrival, Command, Rejection, StreamIncarnation, Subjects, command_order, parse_command,
+    Action, Arrival, Command, Rejection, RejectionKind, StreamIncarnation, Subjects, command_order,
+    parse_command,
 };
 use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus, InboundCommand};
 use crate::storage::StoreError;
@@ -280,7 +281,16 @@ async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundComm
                     .unwrap_or(UNKNOWN_TENANT)
                     .to_owned();
                 let id = command.sequence;
-                rejected.push((command, Rejection { tenant_id, reason }, id));
+                let kind = RejectionKind::Order;
+                rejected.push((
+                    command,
+                    Rejection {
+                        tenant_id,
+                        reason,
+                        kind,
+                    },
+                    id,
+                ));
                 continue;
             }
         };
@@ -526,6 +536,7 @@ async fn store_around_refused(
             let rejection = Rejection {
                 tenant_id: command.tenant_id.clone(),
                 reason: format!("refused by the database: {reason}"),
+                kind: RejectionKind::Refused,
             };
             inbound[i].take().map(|c| (c, rejection, command.seq))
         })

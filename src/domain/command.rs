@@ -56,6 +56,32 @@ pub struct Rejection {
     /// The tenant read from the subject when it is well-formed; [`UNKNOWN_TENANT`] otherwise.
     pub tenant_id: String,
     pub reason: String,
+    pub kind: RejectionKind,
+}
+
+/// What sort of refusal a [`Rejection`] is: a few fixed kinds, so that rejections can be
+/// counted by kind where the reason, free text quoting the command, could not be a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectionKind {
+    /// The command breaks the contract's rules (§3): not JSON, a bad field, a wrong subject.
+    Invalid,
+    /// The command cannot be placed in the order of its key's commands (its stream sequence is
+    /// out of range).
+    Order,
+    /// The database refused to store it.
+    Refused,
+}
+
+impl RejectionKind {
+    pub const ALL: [RejectionKind; 3] = [Self::Invalid, Self::Order, Self::Refused];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Invalid => "invalid",
+            Self::Order => "order",
+            Self::Refused => "refused",
+        }
+    }
 }
 
 /// Checks a service call id: 1–128 characters, none of them a control character.
@@ -118,6 +144,7 @@ pub fn parse_command(
     let reject = |reason: String| Rejection {
         tenant_id: report_to.clone(),
         reason,
+        kind: RejectionKind::Invalid,
     };
 
     if bytes.len() > max_bytes {

@@ -11,7 +11,9 @@ pub mod tenant;
 pub mod timer;
 pub mod timestamp;
 
-pub use command::{Arrival, CancelTimerPayload, Rejection, ScheduleTimerPayload, parse_command};
+pub use command::{
+    Arrival, CancelTimerPayload, Rejection, RejectionKind, ScheduleTimerPayload, parse_command,
+};
 pub use envelope::MessageEnvelope;
 pub use events::{DueTimeReached, TimerCommandRejected};
 pub use order::{StreamIncarnation, command_order};
