@@ -117,9 +117,12 @@ impl Daemon {
         let name = name.as_str();
         // Without `/metrics` nobody reads them: no recorder, and recording costs nothing. With
         // it, the recorder comes first: a gauge set before it (the broker connected) is lost.
-        let metrics = config
-            .http_listen()
-            .map(|listen| (listen, crate::telemetry::install(name)));
+        let metrics = config.http_listen().map(|listen| {
+            (
+                listen,
+                crate::telemetry::install(name, &config.metrics.tenants),
+            )
+        });
         let health = Health::new();
         let client = nats::connect(&config.broker_url, &config.nats, name, health.clone()).await?;
         let js = nats::jetstream_context(client.clone());
@@ -181,12 +184,13 @@ impl Daemon {
             }),
             ChildSpec::of::<Janitor>(JanitorArgs {
                 registry: registry.clone(),
-                clock,
+                clock: clock.clone(),
                 keep_finished: config.retention.keep_finished,
             }),
             ChildSpec::of::<Gauges>(GaugesArgs {
                 database: database.clone(),
                 postgres: config.postgres.clone(),
+                clock,
             }),
         ];
         // WAL checkpoints are SQLite's; second in start order, after Persistence.

@@ -5,10 +5,18 @@
 //! no round trip): commands in the CommandHandler, firings in the Poller, restarts in the
 //! Supervisor, the broker connection in its event callback. The recorder is process-wide (the
 //! `metrics` facade has one); every series carries the label `daemon` with the daemon's name.
+//! Series with a `tenant` label exist only for the tenants `[metrics] tenants` lists
+//! ([`TenantLabels`]).
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::domain::RejectionKind;
+
+mod tenant_labels;
+pub use tenant_labels::TenantLabels;
 
 /// Commands received, by `outcome`: `stored` (committed, then acknowledged) or `rejected`.
 pub const COMMANDS_RECEIVED: &str = "timer_commands_received_total";
@@ -38,6 +46,18 @@ pub const RETENTION_DELETED: &str = "timer_retention_deleted_total";
 /// and `tenant`: the tenant id for a tenant with an override in `[quotas.tenants]`, `_other`
 /// for every other, so the label set stays as small as the configuration.
 pub const QUOTA_REJECTIONS: &str = "timer_quota_rejections_total";
+/// A labelled tenant's pending timers (label `tenant`), counted with [`SCHEDULED`].
+pub const TENANT_PENDING: &str = "timer_tenant_pending";
+/// A labelled tenant's pending timers whose `dueAt` passed more than a second ago, as the
+/// `stats` API counts `overdue`.
+pub const TENANT_OVERDUE: &str = "timer_tenant_overdue";
+/// A labelled tenant's timers fired: `DueTimeReached` acknowledged by the broker.
+pub const TENANT_FIRED: &str = "timer_tenant_fired_total";
+/// A labelled tenant's [`FIRE_LATENESS`].
+pub const TENANT_FIRE_LATENESS: &str = "timer_tenant_fire_lateness_seconds";
+/// A labelled tenant's rejected commands, by `reason`: `invalid`, `order` or `refused`
+/// ([`RejectionKind`]).
+pub const TENANT_REJECTED: &str = "timer_tenant_rejected_total";
 
 /// Bucket bounds for the latency histograms, in seconds: sub-millisecond to a minute.
 const BUCKETS: &[f64] = &[
@@ -45,12 +65,13 @@ const BUCKETS: &[f64] = &[
     10.0, 30.0, 60.0,
 ];
 
-static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+/// The installed recorder's handle, and the series of the tenants it labels.
+static INSTALLED: OnceLock<(PrometheusHandle, TenantLabels)> = OnceLock::new();
 
-/// Installs the process-wide recorder (once; later daemons of the same process share it and
-/// its `daemon` label) and returns the handle that renders `/metrics`.
-pub fn install(daemon: &str) -> PrometheusHandle {
-    HANDLE
+/// Installs the process-wide recorder (once; later daemons of the same process share it, its
+/// `daemon` label and its labelled `tenants`) and returns the handle that renders `/metrics`.
+pub fn install(daemon: &str, tenants: &[String]) -> PrometheusHandle {
+    INSTALLED
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .add_global_label("daemon", daemon)
@@ -64,9 +85,32 @@ pub fn install(daemon: &str) -> PrometheusHandle {
                 );
             }
             describe();
-            handle
+            (handle, TenantLabels::register(tenants))
         })
+        .0
         .clone()
+}
+
+/// The series of the labelled tenants: none before a recorder is installed (nobody would read
+/// them).
+pub fn tenant_labels() -> &'static TenantLabels {
+    static NONE: OnceLock<TenantLabels> = OnceLock::new();
+    match INSTALLED.get() {
+        Some((_, labels)) => labels,
+        None => NONE.get_or_init(TenantLabels::default),
+    }
+}
+
+/// Counts a fired timer, `lateness` after its `dueAt`, under its tenant's label if it has one
+/// (the unlabelled totals are the caller's).
+pub fn record_fired(tenant_id: &str, lateness: Duration) {
+    tenant_labels().record_fired(tenant_id, lateness);
+}
+
+/// Counts a rejected command under its tenant's label if it has one (the unlabelled total is
+/// the caller's).
+pub fn record_rejected(tenant_id: &str, kind: RejectionKind) {
+    tenant_labels().record_rejected(tenant_id, kind);
 }
 
 fn describe() {
@@ -95,6 +139,24 @@ fn describe() {
     describe_gauge!(STORAGE_OK, "1 while the database accepts writes");
     describe_counter!(API_REQUESTS, "API requests answered, by verb and code");
     describe_counter!(RETENTION_DELETED, "Finished timers deleted by retention");
+    describe_gauge!(TENANT_PENDING, "A labelled tenant's pending timers");
+    describe_gauge!(
+        TENANT_OVERDUE,
+        "A labelled tenant's pending timers due more than a second ago"
+    );
+    describe_counter!(
+        TENANT_FIRED,
+        "A labelled tenant's timers fired (DueTimeReached acknowledged by the broker)"
+    );
+    describe_histogram!(
+        TENANT_FIRE_LATENESS,
+        Unit::Seconds,
+        "A labelled tenant's lateness: from dueAt to the broker's acknowledgement of the event"
+    );
+    describe_counter!(
+        TENANT_REJECTED,
+        "A labelled tenant's rejected commands, by reason (invalid, order, refused)"
+    );
     describe_counter!(
         QUOTA_REJECTIONS,
         "Commands rejected past a tenant's quota, by quota and tenant (_other: tenants without an override)"

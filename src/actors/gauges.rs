@@ -1,4 +1,6 @@
-//! Gauges actor: keeps `timer_scheduled` (pending timers) up to date.
+//! Gauges actor: keeps `timer_scheduled` (pending timers) up to date, and the pending and
+//! overdue gauges of each labelled tenant (`[metrics] tenants`), one query per tenant over its
+//! range of the pending index.
 //!
 //! Counting walks the pending index, which takes long with millions of timers, so it runs
 //! every [`INTERVAL`] on a connection of this actor's own, never in Persistence's queue where
@@ -7,11 +9,14 @@
 //! have the deadline of Persistence's operations, so a server that does not answer holds this
 //! actor no longer than that; the connection is then abandoned, not waited for.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::supervisor::NamedActor;
+use crate::ports::Clock;
 use crate::storage::db::DatabaseTarget;
 use crate::storage::{PostgresSettings, SqliteSettings, Store, StoreError};
 
@@ -25,11 +30,13 @@ impl NamedActor for Gauges {
     const NAME: &'static str = "gauges";
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GaugesArgs {
     pub database: DatabaseTarget,
     /// Time limits on PostgreSQL (unused on SQLite).
     pub postgres: PostgresSettings,
+    /// What "overdue" is judged by: the daemon's clock, as for the `stats` API.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl GaugesArgs {
@@ -108,7 +115,7 @@ impl Actor for Gauges {
         match message {
             GaugesMsg::Refresh => {
                 if state.store.is_none() {
-                    // A small cache: counting reads the pending index once, nothing else.
+                    // A small cache: counting reads the pending index, nothing else.
                     let target = match &state.args.database {
                         DatabaseTarget::Sqlite { path, settings } => DatabaseTarget::Sqlite {
                             path: path.clone(),
@@ -131,19 +138,17 @@ impl Actor for Gauges {
                 let Some(store) = &state.store else {
                     return Ok(());
                 };
-                match bounded(state.args.deadline(), store.count_pending()).await {
-                    Ok(pending) => metrics::gauge!(crate::telemetry::SCHEDULED).set(pending as f64),
-                    Err(e) => {
-                        tracing::debug!(actor = Gauges::NAME, error = %e, "cannot count pending timers");
-                        if let Some(store) = state.store.take() {
-                            match state.args.deadline() {
-                                None => {
-                                    let _ = store.close().await;
-                                }
-                                // Closing would wait for the server that did not answer.
-                                Some(limit) => {
-                                    tokio::spawn(tokio::time::timeout(limit, store.close()));
-                                }
+                let counted = count(store, state.args.deadline(), state.args.clock.now()).await;
+                if let Err(e) = counted {
+                    tracing::debug!(actor = Gauges::NAME, error = %e, "cannot count pending timers");
+                    if let Some(store) = state.store.take() {
+                        match state.args.deadline() {
+                            None => {
+                                let _ = store.close().await;
+                            }
+                            // Closing would wait for the server that did not answer.
+                            Some(limit) => {
+                                tokio::spawn(tokio::time::timeout(limit, store.close()));
                             }
                         }
                     }
@@ -152,4 +157,21 @@ impl Actor for Gauges {
         }
         Ok(())
     }
+}
+
+/// Counts the pending timers in all, then each labelled tenant's, each count within
+/// `deadline`, and sets the gauges. A failure leaves the gauges not yet set as they were.
+async fn count(
+    store: &Store,
+    deadline: Option<Duration>,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let pending = bounded(deadline, store.count_pending()).await?;
+    metrics::gauge!(crate::telemetry::SCHEDULED).set(pending as f64);
+    let labels = crate::telemetry::tenant_labels();
+    for tenant_id in labels.tenants() {
+        let counts = bounded(deadline, store.pending_counts(tenant_id, now)).await?;
+        labels.set_pending(tenant_id, counts.pending, counts.overdue);
+    }
+    Ok(())
 }

@@ -671,6 +671,7 @@ async fn publish(
                     .to_std()
                     .unwrap_or_default();
                 lateness.record(late.as_secs_f64());
+                crate::telemetry::record_fired(&timer.tenant_id, late);
                 fired.push(timer);
             }
             Err(e) => {

@@ -11,7 +11,7 @@
 //!   `sqlite` and `postgres`: one implementation each.
 //! - `commands`: applying commands and cancels, and the epochs of the command stream.
 //! - `firing`: claiming due timers, marking them `Reached`, and when to look again.
-//! - `queries`: the query API's reads (`get`, `list`, `stats`).
+//! - `queries`: the query API's reads (`get`, `list`, `stats`), and a tenant's pending counts.
 //! - `quotas`: what the pending limit needs (a tenant's pending count, its keys' states).
 //! - `retention`: deleting finished timers.
 //! - `probe`: the health probe, the pending count, the WAL catch-up.
@@ -56,6 +56,7 @@ use sqlite::Sqlite;
 
 pub use db::{PostgresSettings, SqliteSettings, Synchronous};
 pub use probe::{MIN_FREE_BYTES, NameHold};
+pub use queries::PendingCounts;
 
 /// Rows per statement: 11 bound values per upserted row stays far below SQLite's limit of
 /// 32,766 variables.
@@ -367,6 +368,16 @@ impl Store {
     ) -> Result<std::collections::HashMap<String, crate::domain::quota::TenantPending>, StoreError>
     {
         quotas::pending_of(self, asked).await
+    }
+
+    /// How many timers of a tenant are pending, and how many of them are overdue: one walk of
+    /// the tenant's pending index range (the Gauges actor's per-tenant count).
+    pub async fn pending_counts(
+        &self,
+        tenant_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<PendingCounts, StoreError> {
+        queries::pending_counts(self, tenant_id, now).await
     }
 
     /// Deletes up to `limit` finished timers (`Reached` or `Cancelled`) that finished more than

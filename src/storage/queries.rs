@@ -1,9 +1,9 @@
 //! The query API's reads: one timer, a page of a tenant's timers, a tenant's counts. Every
 //! query is an index range, never a scan or a sort of the tenant (a test explains each
-//! statement [`list_queries`] builds).
+//! statement [`list_queries`] and [`pending_counts_query`] build).
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::sea_query::{Expr, ExprTrait, Func};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
 };
@@ -78,24 +78,8 @@ pub(super) async fn stats(
     tenant_id: &str,
     now: DateTime<Utc>,
 ) -> Result<TenantStats, StoreError> {
-    let pending = || {
-        Entity::find()
-            .filter(Column::TenantId.eq(tenant_id))
-            .filter(Column::State.eq(TimerState::Scheduled.as_str()))
-    };
-    let count = |query: Select<Entity>| async move {
-        let n: Option<i64> = query
-            .select_only()
-            .column_as(Expr::cust("COUNT(*)"), "n")
-            .into_tuple()
-            .one(&store.db)
-            .await?;
-        Ok::<u64, DbErr>(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
-    };
-    let scheduled = count(pending()).await?;
-    let overdue =
-        count(pending().filter(Column::DueAt.lte(format_utc(now - OVERDUE_AFTER)))).await?;
-    let next: Option<Option<String>> = pending()
+    let counts = pending_counts(store, tenant_id, now).await?;
+    let next: Option<Option<String>> = pending(tenant_id)
         .select_only()
         .column(Column::DueAt)
         .order_by_asc(Column::DueAt)
@@ -104,10 +88,54 @@ pub(super) async fn stats(
         .one(&store.db)
         .await?;
     Ok(TenantStats {
-        scheduled,
-        overdue,
+        scheduled: counts.pending,
+        overdue: counts.overdue,
         next_due_at: parse_optional_time("due_at", next.flatten())?,
     })
+}
+
+/// A tenant's pending timers, and how many of them are overdue (docs/CONTRACT.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingCounts {
+    pub pending: u64,
+    pub overdue: u64,
+}
+
+/// See [`Store::pending_counts`].
+pub(super) async fn pending_counts(
+    store: &Store,
+    tenant_id: &str,
+    now: DateTime<Utc>,
+) -> Result<PendingCounts, StoreError> {
+    let counts: Option<(i64, i64)> = pending_counts_query(tenant_id, now)
+        .into_tuple()
+        .one(&store.db)
+        .await?;
+    let (pending, overdue) = counts.unwrap_or_default();
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(PendingCounts {
+        pending: count(pending),
+        overdue: count(overdue),
+    })
+}
+
+/// A tenant's `Scheduled` timers: one range of the tenant-and-state index.
+fn pending(tenant_id: &str) -> Select<Entity> {
+    Entity::find()
+        .filter(Column::TenantId.eq(tenant_id))
+        .filter(Column::State.eq(TimerState::Scheduled.as_str()))
+}
+
+/// Both counts of [`PendingCounts`] in one walk of the tenant's pending index range.
+pub fn pending_counts_query(tenant_id: &str, now: DateTime<Utc>) -> Select<Entity> {
+    let overdue = Expr::case(
+        Column::DueAt.lte(format_utc(now - OVERDUE_AFTER)),
+        Expr::val(1),
+    );
+    pending(tenant_id)
+        .select_only()
+        .column_as(Expr::cust("COUNT(*)"), "pending")
+        .column_as(Expr::from(Func::count(overdue)), "overdue")
 }
 
 /// The keyset queries one `list` page merges (see [`Store::list`]).

@@ -66,6 +66,10 @@ pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, Str
         "key states".to_owned(),
         key_states_query("acme", &keys).build(backend),
     ));
+    shapes.push((
+        "tenant pending counts".to_owned(),
+        timer_service::storage::queries::pending_counts_query("acme", Utc::now()).build(backend),
+    ));
     let mut plans = Vec::new();
     for (name, statement) in shapes {
         let values = statement.values.map(|v| v.0).unwrap_or_default();

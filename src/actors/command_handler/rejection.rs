@@ -19,6 +19,7 @@ pub(super) async fn reject(
         tracing::warn!(actor = "command_handler", tenant_id = %rejection.tenant_id,
             subject = %command.subject, sequence = command.sequence, reason = %rejection.reason,
             "command rejected");
+        crate::telemetry::record_rejected(&rejection.tenant_id, rejection.kind);
         let envelope = timer_command_rejected(
             &rejection.tenant_id,
             &rejection.reason,
