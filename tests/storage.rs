@@ -16,6 +16,7 @@ use common::{Scratch, cancel_at, claimant, schedule_at};
 use proptest::prelude::*;
 use sea_orm::{ConnectionTrait, Statement};
 use timer_service::domain::api::{ListCursor, ListFilter};
+use timer_service::domain::forecast::ForecastWindow;
 use timer_service::domain::timer::apply_command;
 use timer_service::domain::{Action, CancelOutcome, Command, DueTimer, Timer, TimerState};
 use timer_service::storage::db::{DatabaseTarget, connect, migrate};
@@ -679,6 +680,47 @@ async fn pending_of_counts_each_tenants_pending_timers_and_reads_the_keys_asked_
     assert_eq!(state("never"), None);
     assert_eq!(pending["initech"].pending, 0);
     assert!(pending["initech"].keys.is_empty());
+}
+
+/// A tenant's pending counts, and its forecast: each minute's range of `dueAt`, the first from
+/// now on; nothing already due, finished, or another tenant's.
+#[tokio::test]
+async fn the_forecast_counts_a_tenants_pending_timers_by_minute() {
+    let (_dir, store) = store().await;
+    // `at(0)` is on a whole minute; now is half a minute into the second.
+    let now = at(90_000);
+    store
+        .apply(&[
+            schedule("acme", "overdue", 1, 0),
+            schedule("acme", "just-due", 2, 89_500),
+            schedule("acme", "now", 3, 90_000),
+            schedule("acme", "end-of-first", 4, 119_999),
+            schedule("acme", "second", 5, 120_000),
+            schedule("acme", "third-a", 6, 180_000),
+            schedule("acme", "third-b", 7, 239_999),
+            schedule("acme", "beyond", 8, 240_000),
+            schedule("acme", "gone", 9, 150_000),
+            cancel("acme", "gone", 10, 0),
+            schedule("globex", "other", 11, 150_000),
+        ])
+        .await
+        .unwrap();
+    let counts = store.pending_counts("acme", now).await.unwrap();
+    assert_eq!((counts.pending, counts.overdue), (8, 1));
+    let forecast = store
+        .forecast("acme", &ForecastWindow::new(now, 3))
+        .await
+        .unwrap();
+    let minutes: Vec<(DateTime<Utc>, u64)> = forecast.iter().map(|m| (m.minute, m.due)).collect();
+    assert_eq!(
+        minutes,
+        [(at(60_000), 2), (at(120_000), 1), (at(180_000), 2)]
+    );
+    let idle = store
+        .forecast("initech", &ForecastWindow::new(now, 2))
+        .await
+        .unwrap();
+    assert_eq!(idle.iter().map(|m| m.due).collect::<Vec<_>>(), [0, 0]);
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::command::check_service_call_id;
+use super::forecast::{ForecastMinute, MAX_FORECAST_MINUTES};
 use super::timer::{CancelOutcome, Timer, TimerState};
 use super::timestamp::{format_utc, parse_due_at, parse_stored};
 
@@ -162,8 +163,11 @@ struct ListRequest {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StatsRequest {}
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StatsRequest {
+    /// Read as any JSON value, so that a wrong one gets a reason of its own.
+    forecast_minutes: Option<serde_json::Value>,
+}
 
 /// Parses a JSON request body; an empty body counts as `{}`.
 fn request<T: serde::de::DeserializeOwned>(verb: Verb, bytes: &[u8]) -> Result<T, ApiError> {
@@ -217,10 +221,23 @@ pub fn parse_list_request(bytes: &[u8]) -> Result<(ListFilter, usize), ApiError>
     Ok((filter, limit))
 }
 
-/// `stats`: `{}`.
-pub fn parse_stats_request(bytes: &[u8]) -> Result<(), ApiError> {
-    let _: StatsRequest = request(Verb::Stats, bytes)?;
-    Ok(())
+/// `stats`: `{}`, or `{ "forecastMinutes": n }` for a forecast of the next `n` minutes
+/// (1 to [`MAX_FORECAST_MINUTES`]); returns `n`, if asked.
+pub fn parse_stats_request(bytes: &[u8]) -> Result<Option<u32>, ApiError> {
+    let request: StatsRequest = request(Verb::Stats, bytes)?;
+    let Some(value) = request.forecast_minutes else {
+        return Ok(None);
+    };
+    value
+        .as_u64()
+        .filter(|n| (1..=u64::from(MAX_FORECAST_MINUTES)).contains(n))
+        .and_then(|n| u32::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "forecastMinutes must be a whole number from 1 to {MAX_FORECAST_MINUTES}, got {value}"
+            ))
+        })
 }
 
 fn optional_time<S: serde::Serializer>(
@@ -308,8 +325,20 @@ pub fn cancel_reply(outcome: CancelOutcome, timer: Option<&Timer>) -> Result<Vec
     })
 }
 
-pub fn stats_reply(stats: &TenantStats) -> Result<Vec<u8>, ApiError> {
-    encode(stats)
+#[derive(Serialize)]
+struct StatsReply<'a> {
+    #[serde(flatten)]
+    stats: &'a TenantStats,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forecast: Option<&'a [ForecastMinute]>,
+}
+
+/// The reply to `stats`; `forecast` only when the request asked for one.
+pub fn stats_reply(
+    stats: &TenantStats,
+    forecast: Option<&[ForecastMinute]>,
+) -> Result<Vec<u8>, ApiError> {
+    encode(&StatsReply { stats, forecast })
 }
 
 #[cfg(test)]
@@ -384,6 +413,71 @@ mod tests {
         }
         assert!(parse_stats_request(b"{}").is_ok());
         assert!(parse_stats_request(br#"{"x":1}"#).is_err());
+    }
+
+    #[test]
+    fn a_stats_forecast_is_asked_for_in_whole_minutes_up_to_a_day() {
+        assert_eq!(parse_stats_request(b"").unwrap(), None);
+        assert_eq!(parse_stats_request(b"{}").unwrap(), None);
+        assert_eq!(
+            parse_stats_request(br#"{"forecastMinutes":null}"#).unwrap(),
+            None
+        );
+        for (body, minutes) in [
+            (r#"{"forecastMinutes":1}"#, 1),
+            (r#"{"forecastMinutes":1440}"#, 1440),
+        ] {
+            assert_eq!(parse_stats_request(body.as_bytes()).unwrap(), Some(minutes));
+        }
+        for bad in [
+            "0",
+            "-1",
+            "1441",
+            "2.5",
+            "3.0",
+            "\"3\"",
+            "true",
+            "[3]",
+            "1e3",
+            "18446744073709551616",
+        ] {
+            let body = format!(r#"{{"forecastMinutes":{bad}}}"#);
+            let error = parse_stats_request(body.as_bytes()).unwrap_err();
+            assert_eq!(error.code, 400, "{body}");
+            assert!(
+                error
+                    .message
+                    .contains("forecastMinutes must be a whole number from 1 to 1440"),
+                "{body}: {}",
+                error.message
+            );
+        }
+    }
+
+    #[test]
+    fn a_stats_reply_carries_a_forecast_only_when_asked() {
+        let stats = TenantStats {
+            scheduled: 3,
+            overdue: 1,
+            next_due_at: None,
+        };
+        let plain: serde_json::Value =
+            serde_json::from_slice(&stats_reply(&stats, None).unwrap()).unwrap();
+        assert_eq!(
+            plain,
+            serde_json::json!({ "scheduled": 3, "overdue": 1, "nextDueAt": null })
+        );
+        let minute = ForecastMinute {
+            minute: parse_stored("2026-11-24T10:05:00Z").unwrap(),
+            due: 2,
+        };
+        let with: serde_json::Value =
+            serde_json::from_slice(&stats_reply(&stats, Some(&[minute])).unwrap()).unwrap();
+        assert_eq!(
+            with["forecast"],
+            serde_json::json!([{ "minute": "2026-11-24T10:05:00.000Z", "due": 2 }])
+        );
+        assert_eq!(with["scheduled"], 3);
     }
 
     proptest::proptest! {

@@ -4,6 +4,7 @@ pub mod api;
 pub mod command;
 pub mod envelope;
 pub mod events;
+pub mod forecast;
 pub mod order;
 pub mod quota;
 pub mod subjects;

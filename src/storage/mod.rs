@@ -11,7 +11,8 @@
 //!   `sqlite` and `postgres`: one implementation each.
 //! - `commands`: applying commands and cancels, and the epochs of the command stream.
 //! - `firing`: claiming due timers, marking them `Reached`, and when to look again.
-//! - `queries`: the query API's reads (`get`, `list`, `stats`), and a tenant's pending counts.
+//! - `queries`: the query API's reads (`get`, `list`, `stats` and its forecast), and a
+//!   tenant's pending counts.
 //! - `quotas`: what the pending limit needs (a tenant's pending count, its keys' states).
 //! - `retention`: deleting finished timers.
 //! - `probe`: the health probe, the pending count, the WAL catch-up.
@@ -48,6 +49,7 @@ use sea_orm::{
 };
 
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
+use crate::domain::forecast::{ForecastMinute, ForecastWindow};
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use backend::Backend;
 use db::{DatabaseTarget, connect_with};
@@ -378,6 +380,16 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<PendingCounts, StoreError> {
         queries::pending_counts(self, tenant_id, now).await
+    }
+
+    /// How many of a tenant's pending timers fall due in each minute of `window`, from now on
+    /// (docs/CONTRACT.md §6).
+    pub async fn forecast(
+        &self,
+        tenant_id: &str,
+        window: &ForecastWindow,
+    ) -> Result<Vec<ForecastMinute>, StoreError> {
+        queries::forecast(self, tenant_id, window).await
     }
 
     /// Deletes up to `limit` finished timers (`Reached` or `Cancelled`) that finished more than

@@ -6,9 +6,10 @@ use chrono::Utc;
 use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, QueryTrait, Statement};
 use sea_orm::{DbErr, TransactionTrait};
 use timer_service::domain::api::{ListCursor, ListFilter};
+use timer_service::domain::forecast::{ForecastWindow, MAX_FORECAST_MINUTES};
 use timer_service::domain::{DuePosition, TimerState};
 use timer_service::storage::firing::due_query;
-use timer_service::storage::queries::list_queries;
+use timer_service::storage::queries::{forecast_query, list_queries};
 use timer_service::storage::quotas::{key_states_query, pending_counts_query};
 
 pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, String)>, DbErr> {
@@ -69,6 +70,11 @@ pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, Str
     shapes.push((
         "tenant pending counts".to_owned(),
         timer_service::storage::queries::pending_counts_query("acme", Utc::now()).build(backend),
+    ));
+    let window = ForecastWindow::new(Utc::now(), MAX_FORECAST_MINUTES);
+    shapes.push((
+        "forecast".to_owned(),
+        backend.build(&forecast_query("acme", &window)),
     ));
     let mut plans = Vec::new();
     for (name, statement) in shapes {

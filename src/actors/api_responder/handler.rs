@@ -15,6 +15,7 @@ use crate::domain::api::{
     parse_stats_request, stats_reply,
 };
 use crate::domain::command::{cancel_timer_command, generated_correlation_id};
+use crate::domain::forecast::ForecastWindow;
 use crate::domain::tenant::check_tenant_id;
 use crate::domain::{Action, Command, StreamIncarnation, Subjects, command_order};
 use crate::ports::{Clock, CommandPublisher};
@@ -75,13 +76,23 @@ impl Handler {
                 list_reply(&page)
             }
             Verb::Stats => {
-                parse_stats_request(body)?;
+                let forecast_minutes = parse_stats_request(body)?;
+                let now = self.clock.now();
                 let stats = self
                     .persistence
-                    .stats(tenant_id, self.clock.now())
+                    .stats(tenant_id, now)
                     .await
                     .map_err(storage)?;
-                stats_reply(&stats)
+                let forecast = match forecast_minutes {
+                    None => None,
+                    Some(minutes) => Some(
+                        self.persistence
+                            .forecast(tenant_id, ForecastWindow::new(now, minutes))
+                            .await
+                            .map_err(storage)?,
+                    ),
+                };
+                stats_reply(&stats, forecast.as_deref())
             }
             Verb::Cancel => {
                 let service_call_id = parse_key_request(verb, body)?;

@@ -17,6 +17,7 @@ use crate::actors::registry::Registry;
 use crate::actors::supervisor::NamedActor;
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
 use crate::domain::quota::TenantPending;
+use crate::domain::forecast::{ForecastMinute, ForecastWindow};
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use crate::storage::fair::FairBatch;
 use crate::storage::{Claimant, DueBatch, Store, StoreError};
@@ -238,6 +239,19 @@ impl PersistenceClient {
         let rows = asked.iter().map(|(_, keys)| keys.len()).sum();
         self.run("pending_of", Op::Read, rows, move |store, _| {
             Box::pin(async move { store.pending_of(&asked).await })
+        })
+        .await
+    }
+
+    /// A tenant's pending timers due in each minute of `window`.
+    pub async fn forecast(
+        &self,
+        tenant_id: &str,
+        window: ForecastWindow,
+    ) -> Result<Vec<ForecastMinute>, CallError> {
+        let tenant_id = tenant_id.to_owned();
+        self.run("forecast", Op::Read, 1, move |store, _| {
+            Box::pin(async move { store.forecast(&tenant_id, &window).await })
         })
         .await
     }
