@@ -7,7 +7,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DurationRound, TimeDelta, Utc};
 use common::{TestClient, eventually};
 use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
@@ -254,6 +254,96 @@ async fn bad_requests_answer_400_with_a_reason_and_never_stop_the_responder() {
         before,
         "the responder never failed"
     );
+    daemon.shutdown().await.unwrap();
+}
+
+/// `stats` with `forecastMinutes`: the tenant's pending timers due in each of the next minutes,
+/// the first minute from now on, a minute with none at zero; another tenant's timers, cancelled
+/// ones and those past the window are not counted. Without it the reply is as before; a bad
+/// value is refused with a reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_forecasts_pending_timers_by_minute() {
+    let (_server, _scratch, daemon, client) = common::started().await;
+    api_ready(&client).await;
+    // The timer of the current minute (due at its very end) must still be ahead when the
+    // request is answered: with less than 15 s of the minute left, wait for the next to begin.
+    let minute_of = |t: chrono::DateTime<Utc>| t.duration_trunc(TimeDelta::minutes(1)).unwrap();
+    let next_minute = minute_of(Utc::now()) + TimeDelta::minutes(1);
+    if next_minute - Utc::now() < TimeDelta::seconds(15) {
+        let wait = (next_minute - Utc::now()).to_std().unwrap_or_default();
+        tokio::time::sleep(wait + Duration::from_millis(10)).await;
+    }
+    let minute = minute_of(Utc::now());
+    let at = |ms: i64| minute + TimeDelta::milliseconds(ms);
+    for (tenant, id, due) in [
+        ("acme", "this-minute", at(59_999)),
+        ("acme", "next-first", at(60_000)),
+        ("acme", "next-last", at(119_999)),
+        ("acme", "third", at(150_000)),
+        ("acme", "past-the-window", at(180_000)),
+        ("acme", "cancelled", at(90_000)),
+        ("globex", "other-tenant", at(90_000)),
+    ] {
+        client.schedule(tenant, id, due, None).await;
+    }
+    client
+        .api_request(
+            "timer.api.cancel.acme",
+            json!({"serviceCallId": "cancelled"}),
+        )
+        .await;
+    eventually(Duration::from_secs(10), "the commands stored", || async {
+        (client.commands_outstanding().await == 0).then_some(())
+    })
+    .await;
+
+    let stats = ok(
+        &client,
+        "timer.api.stats.acme",
+        json!({"forecastMinutes": 3}),
+    )
+    .await;
+    let minutes = |offset: i64| common::rfc3339(minute + TimeDelta::minutes(offset));
+    assert_eq!(
+        stats["forecast"],
+        json!([
+            { "minute": minutes(0), "due": 1 },
+            { "minute": minutes(1), "due": 2 },
+            { "minute": minutes(2), "due": 1 },
+        ]),
+        "{stats}"
+    );
+    assert_eq!(stats["scheduled"], 5);
+    let plain = ok(&client, "timer.api.stats.acme", json!({})).await;
+    assert!(plain.get("forecast").is_none(), "{plain}");
+    assert_eq!(plain["scheduled"], 5);
+    let day = ok(
+        &client,
+        "timer.api.stats.globex",
+        json!({"forecastMinutes": 1440}),
+    )
+    .await;
+    let day = day["forecast"].as_array().unwrap();
+    assert_eq!(day.len(), 1440);
+    assert_eq!(day[1]["due"], 1);
+    assert_eq!(
+        day.iter().map(|m| m["due"].as_u64().unwrap()).sum::<u64>(),
+        1
+    );
+
+    for bad in [json!(0), json!(-1), json!(1441), json!(2.5), json!("3")] {
+        let (code, body) = client
+            .api_request("timer.api.stats.acme", json!({"forecastMinutes": bad}))
+            .await;
+        assert_eq!(code, Some(400), "{bad}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("forecastMinutes must be a whole number from 1 to 1440"),
+            "{bad}: {body}"
+        );
+    }
     daemon.shutdown().await.unwrap();
 }
 

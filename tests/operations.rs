@@ -91,6 +91,114 @@ async fn metrics_count_what_was_sent_and_fired() {
     assert!(process.wait_exit(Duration::from_secs(10)).await.success());
 }
 
+/// With `[metrics] tenants` listing acme, acme's timers are counted under its label (pending,
+/// overdue, fired, lateness, rejections by reason) beside the totals, and globex, not listed,
+/// only in the totals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_label_the_listed_tenants_only() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let process = DaemonProcess::start_with(
+        &server,
+        &scratch,
+        &[
+            ("TIMER_HTTP_LISTEN", addr.as_str()),
+            ("TIMER_METRICS_TENANTS", "acme,initech"),
+        ],
+    );
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+
+    let ids = |prefix: &str, n: usize| -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}-{i}")).collect()
+    };
+    let (acme_now, acme_later) = (ids("now", 5), ids("later", 3));
+    let (globex_now, globex_later) = (ids("now", 4), ids("later", 2));
+    let later = Utc::now() + chrono::Duration::hours(1);
+    client.schedule_many("acme", &acme_now, Utc::now()).await;
+    client.schedule_many("acme", &acme_later, later).await;
+    client
+        .schedule_many("globex", &globex_now, Utc::now())
+        .await;
+    client.schedule_many("globex", &globex_later, later).await;
+    for (tenant, bad) in [("acme", 2), ("globex", 1)] {
+        for i in 0..bad {
+            client
+                .publish_raw(
+                    &format!("timer.cmd.schedule.{tenant}"),
+                    format!("not json {i}").into_bytes(),
+                )
+                .await;
+        }
+    }
+    client
+        .await_all_fired("acme", &acme_now, Duration::from_secs(15))
+        .await;
+    client
+        .await_all_fired("globex", &globex_now, Duration::from_secs(15))
+        .await;
+
+    let acme = |name: &str| format!("{name}{{daemon=\"test\",tenant=\"acme\"}}");
+    let rejected = |tenant: &str, reason: &str| {
+        format!(
+            "timer_tenant_rejected_total{{daemon=\"test\",tenant=\"{tenant}\",reason=\"{reason}\"}}"
+        )
+    };
+    // The gauges are counted every ten seconds.
+    let body = eventually(
+        Duration::from_secs(25),
+        "acme's series to settle",
+        || async {
+            let body = scrape(&addr).await;
+            let settled = metric(&body, &acme("timer_tenant_pending")) == Some(3.0)
+                && metric(&body, &acme("timer_tenant_fired_total")) == Some(5.0)
+                && metric(&body, "timer_scheduled{daemon=\"test\"}") == Some(5.0)
+                && metric(&body, &rejected("acme", "invalid")) == Some(2.0);
+            settled.then_some(body)
+        },
+    )
+    .await;
+    let value =
+        |series: &str| metric(&body, series).unwrap_or_else(|| panic!("no {series} in\n{body}"));
+    assert_eq!(value(&acme("timer_tenant_overdue")), 0.0);
+    assert_eq!(
+        value(&acme("timer_tenant_fire_lateness_seconds_count")),
+        5.0
+    );
+    assert!(
+        body.contains("timer_tenant_fire_lateness_seconds_bucket{daemon=\"test\",tenant=\"acme\",le=\"0.005\"}"),
+        "{body}"
+    );
+    for reason in ["order", "refused"] {
+        assert_eq!(value(&rejected("acme", reason)), 0.0, "{reason}");
+    }
+    // A listed tenant that never wrote shows at zero, for dashboards to list.
+    assert_eq!(
+        value("timer_tenant_pending{daemon=\"test\",tenant=\"initech\"}"),
+        0.0
+    );
+    assert!(
+        !body.contains("globex"),
+        "an unlisted tenant has no label:\n{body}"
+    );
+    // The totals count every tenant.
+    assert_eq!(
+        value("timer_schedules_processed_total{daemon=\"test\"}"),
+        9.0
+    );
+    assert_eq!(
+        value("timer_commands_received_total{daemon=\"test\",outcome=\"rejected\"}"),
+        3.0
+    );
+    assert_eq!(
+        value("timer_fire_lateness_seconds_count{daemon=\"test\"}"),
+        9.0
+    );
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+}
+
 /// Waits until `/readyz` answers `code`, and returns what it said.
 async fn await_readyz(addr: &str, code: u16, timeout: Duration, what: &str) -> String {
     eventually(timeout, what, || async {
