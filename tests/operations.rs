@@ -483,7 +483,8 @@ async fn start_up_logs_the_absolute_database_path_and_whether_it_was_created() {
     assert_eq!(opened(false).await, first);
 }
 
-/// The Grafana dashboard shipped in `ops/` asks only for series the daemon exports.
+/// The Grafana dashboard shipped in `ops/` asks only for series the daemon exports, in its
+/// panels (rows hold none of their own) and in its template variables.
 #[test]
 fn the_dashboard_queries_only_metrics_the_daemon_exports() {
     use timer_service::telemetry::*;
@@ -500,22 +501,54 @@ fn the_dashboard_queries_only_metrics_the_daemon_exports() {
         STORAGE_OK,
         API_REQUESTS,
         RETENTION_DELETED,
+        TENANT_PENDING,
+        TENANT_OVERDUE,
+        TENANT_FIRED,
+        TENANT_FIRE_LATENESS,
+        TENANT_REJECTED,
     ];
-    let mut queried = 0;
+    let mut exprs: Vec<&str> = Vec::new();
     for panel in dashboard["panels"].as_array().unwrap() {
-        for target in panel["targets"].as_array().unwrap() {
-            let expr = target["expr"].as_str().unwrap();
-            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if word.starts_with("timer_") {
-                    let name = word.trim_end_matches("_bucket");
-                    assert!(
-                        exported.contains(&name),
-                        "{name} is not exported (in {expr})"
-                    );
-                    queried += 1;
-                }
+        // A collapsed row carries its panels inside it.
+        let nested = panel["panels"].as_array().into_iter().flatten();
+        for panel in std::iter::once(panel).chain(nested) {
+            match panel["targets"].as_array() {
+                Some(targets) => exprs.extend(targets.iter().map(|t| t["expr"].as_str().unwrap())),
+                None => assert_eq!(panel["type"], "row", "a panel without queries: {panel}"),
             }
         }
     }
-    assert!(queried >= 12);
+    let variables = dashboard["templating"]["list"].as_array().unwrap();
+    exprs.extend(
+        variables
+            .iter()
+            .filter(|v| v["type"] == "query")
+            .map(|v| v["query"].as_str().unwrap()),
+    );
+    let mut queried = 0;
+    for expr in exprs {
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("timer_") {
+                let name = word.trim_end_matches("_bucket");
+                assert!(
+                    exported.contains(&name),
+                    "{name} is not exported (in {expr})"
+                );
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 20, "{queried}");
+    let tenant = variables
+        .iter()
+        .find(|v| v["name"] == "tenant")
+        .expect("a tenant variable");
+    assert_eq!(
+        tenant["query"],
+        "label_values(timer_tenant_pending, tenant)"
+    );
+    assert_eq!(
+        (&tenant["multi"], &tenant["includeAll"]),
+        (&true.into(), &true.into())
+    );
 }
