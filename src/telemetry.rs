@@ -55,7 +55,7 @@ pub const TENANT_OVERDUE: &str = "timer_tenant_overdue";
 pub const TENANT_FIRED: &str = "timer_tenant_fired_total";
 /// A labelled tenant's [`FIRE_LATENESS`].
 pub const TENANT_FIRE_LATENESS: &str = "timer_tenant_fire_lateness_seconds";
-/// A labelled tenant's rejected commands, by `reason`: `invalid`, `order` or `refused`
+/// A labelled tenant's rejected commands, by `reason`: `invalid`, `order`, `refused` or `quota`
 /// ([`RejectionKind`]).
 pub const TENANT_REJECTED: &str = "timer_tenant_rejected_total";
 
@@ -155,7 +155,7 @@ fn describe() {
     );
     describe_counter!(
         TENANT_REJECTED,
-        "A labelled tenant's rejected commands, by reason (invalid, order, refused)"
+        "A labelled tenant's rejected commands, by reason (invalid, order, refused, quota)"
     );
     describe_counter!(
         QUOTA_REJECTIONS,

@@ -524,6 +524,9 @@ fn changed_settings_are_named_by_key_path() {
         ]
     );
     assert!(running.changed_settings(&Config::default()).is_empty());
+}
+
+#[test]
 fn labelled_tenants_are_a_list_in_the_file_and_commas_in_the_environment() {
     assert!(
         Config::default().metrics.tenants.is_empty(),

@@ -70,16 +70,19 @@ pub enum RejectionKind {
     Order,
     /// The database refused to store it.
     Refused,
+    /// Its tenant is past a quota (§9).
+    Quota,
 }
 
 impl RejectionKind {
-    pub const ALL: [RejectionKind; 3] = [Self::Invalid, Self::Order, Self::Refused];
+    pub const ALL: [RejectionKind; 4] = [Self::Invalid, Self::Order, Self::Refused, Self::Quota];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Invalid => "invalid",
             Self::Order => "order",
             Self::Refused => "refused",
+            Self::Quota => "quota",
         }
     }
 }

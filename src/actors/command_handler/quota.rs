@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use super::CommandHandlerArgs;
 use crate::domain::quota::{Quotas, RateWindow, TenantPending, decide};
-use crate::domain::{Action, Command, Rejection};
+use crate::domain::{Action, Command, Rejection, RejectionKind};
 use crate::ports::InboundCommand;
 
 /// The quotas in force, swapped in by a reload (SIGHUP) while the handler runs.
@@ -94,6 +94,7 @@ pub(super) async fn admit(
                 )
                 .increment(1);
                 let rejection = Rejection {
+                    kind: RejectionKind::Quota,
                     reason: exceeded.reason(&command.tenant_id),
                     tenant_id: command.tenant_id,
                 };
