@@ -19,11 +19,13 @@
 //!   `streams`, `command_source`, `event_bus`, `api_service`.
 //! - [`storage`]: the only code that touches the database. `mod.rs` is the store's face;
 //!   `backend` (the trait where SQLite and PostgreSQL differ) with `sqlite` and `postgres`;
-//!   one module per family of queries: `commands`, `firing`, `queries`, `quotas`,
+//!   one module per family of queries: `commands`, `firing`, `fair` (claims by tenant in turn),
+//!   `queries`, `quotas`,
 //!   `retention`, `probe`;
 //!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints).
 //! - [`actors`]: the Supervisor and its children — Persistence (with its client), Checkpointer,
-//!   CommandHandler, Poller, ApiResponder, Janitor, Gauges, Http — and the Registry.
+//!   CommandHandler, Poller (with its queue by tenant and the broker's window), ApiResponder,
+//!   Janitor, Gauges, Http — and the Registry.
 //! - [`config`]: `config.toml` + `TIMER_*` environment overrides (`env`, `validate`,
 //!   `duration`, `redact`, `sqlite`, `postgres`, `quotas`, `changes`).
 //! - [`backoff`]: the retry delays. [`health`]: what the daemon knows of its own health.
