@@ -27,31 +27,29 @@
 //! makes its own timers late, not another's due a moment after. With nothing backlogged,
 //! firing is as before: one claim of everything due.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use ractor::concurrency::OneshotReceiver;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::sync::oneshot::error::TryRecvError;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::registry::Registry;
 use super::supervisor::NamedActor;
 
+mod pipeline;
 mod queue;
 mod window;
 use crate::backoff;
 use crate::domain::events::{due_message_id, due_time_reached};
 use crate::domain::{DuePosition, DueTimer, Subjects};
 use crate::ports::{Clock, EventBus, OutgoingEvent};
-use queue::{Queue, Waiting};
-use window::PublishWindow;
+use pipeline::Pipeline;
+use queue::Waiting;
 
 /// Timers one claim takes at least. A claim's cost is mostly fixed, whatever its size, so one
 /// claim per small batch would make claims the limit.
-pub const CLAIM_AT_LEAST: usize = 1_000;
+pub const CLAIM_AT_LEAST: usize = 2_000;
 
 /// Timers one claim takes: whole batches, at least [`CLAIM_AT_LEAST`].
 pub fn claim_size(batch_size: usize) -> usize {
@@ -64,6 +62,9 @@ pub fn claim_size(batch_size: usize) -> usize {
 pub fn window(batch_size: usize) -> usize {
     2 * claim_size(batch_size)
 }
+
+/// Published timers marked `Reached` together, at least, while batches are in flight.
+pub const MARK_AT_LEAST: usize = 1_000;
 
 /// How often, at most, a fair claim looks for tenants with nothing waiting while a backlog lasts.
 pub const FAIR_EVERY: Duration = Duration::from_millis(10);
@@ -111,14 +112,8 @@ pub struct PollerState {
     clock_offset: chrono::Duration,
     /// When the best sample of `clock_offset` was taken (see [`learn_offset`]).
     offset_learned: Option<tokio::time::Instant>,
-    /// Publishing batches, oldest first: each yields its outcome when the broker has answered.
-    /// Each with its number of timers.
-    in_flight: VecDeque<(usize, OneshotReceiver<Published>)>,
-    /// Timers in `in_flight`, and how many may be.
-    publishing: usize,
-    publish_window: PublishWindow,
-    /// Claimed timers not yet handed to the bus, by tenant.
-    queue: Queue,
+    /// Claimed timers queued by tenant and the batches at the broker (`poller::pipeline`).
+    pipe: Pipeline,
     /// The last timer claimed in `dueAt` order; while timers are held (queued or in flight),
     /// reading resumes after it.
     cursor: Option<DuePosition>,
@@ -135,8 +130,11 @@ pub struct PollerState {
     /// A timer due before the cursor was stored while batches were in flight (a claim after
     /// the cursor cannot see it): claim from the start once they are settled.
     recheck: bool,
-    /// Published and acknowledged, not yet marked `Reached` because the mark failed.
+    /// Published and acknowledged, not yet marked `Reached`: waiting for [`MARK_AT_LEAST`] of
+    /// them, or for the batches in flight to settle, or for a retry after a failed mark.
     unmarked: Vec<Published>,
+    /// The last mark failed: nothing new is claimed before these are marked.
+    mark_failed: bool,
     /// Consecutive failed rounds, for the retry backoff.
     failed_rounds: u32,
     /// After a failure, no batch starts before this instant (monotonic: a backoff is about
@@ -176,18 +174,15 @@ impl Actor for Poller {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         args: PollerArgs,
     ) -> Result<PollerState, ActorProcessingErr> {
         Ok(PollerState {
-            publish_window: PublishWindow::new(args.batch_size),
+            pipe: Pipeline::new(myself, &args),
             args,
             wake: None,
             clock_offset: chrono::Duration::zero(),
             offset_learned: None,
-            in_flight: VecDeque::new(),
-            publishing: 0,
-            queue: Queue::default(),
             cursor: None,
             fence: None,
             last_fair: None,
@@ -195,6 +190,7 @@ impl Actor for Poller {
             more_due: false,
             recheck: false,
             unmarked: Vec::new(),
+            mark_failed: false,
             failed_rounds: 0,
             backoff_until: None,
         })
@@ -223,7 +219,7 @@ impl Actor for Poller {
         // One deadline for them all: each batch's own wait is bounded too, but a hundred of
         // them one after another would not be.
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        while let Some((_, batch)) = state.in_flight.pop_front() {
+        for batch in state.pipe.take_in_flight() {
             match tokio::time::timeout_at(deadline, batch).await {
                 Ok(Ok(published)) => settle(&myself, state, vec![published]).await,
                 _ => tracing::warn!(
@@ -251,36 +247,20 @@ impl Actor for Poller {
             PollerMsg::Tick | PollerMsg::Wake => fill(&myself, state).await,
             PollerMsg::BatchPublished => {
                 // Settle, oldest first, every batch whose outcome is in: one mark for them all.
-                let mut settled = Vec::new();
-                while let Some((_, batch)) = state.in_flight.front_mut() {
-                    match batch.try_recv() {
-                        Ok(published) => {
-                            if let Some((size, _)) = state.in_flight.pop_front() {
-                                state.publishing -= size;
-                            }
-                            settled.push(published);
-                        }
-                        Err(TryRecvError::Empty) => break,
-                        Err(TryRecvError::Closed) => {
-                            if let Some((size, _)) = state.in_flight.pop_front() {
-                                state.publishing -= size;
-                            }
-                            tracing::error!(
-                                actor = "poller",
-                                "a publishing task ended without an outcome"
-                            );
-                            retry_later(&myself, state);
-                        }
-                    }
+                let settled = state.pipe.take_settled();
+                for _ in 0..settled.lost {
+                    tracing::error!(
+                        actor = "poller",
+                        "a publishing task ended without an outcome"
+                    );
+                    retry_later(&myself, state);
                 }
-                // The broker gets its next batches before this actor waits for the mark.
-                publish_more(&myself, state);
-                settle(&myself, state, settled).await;
+                settle(&myself, state, settled.published).await;
                 if holds_nothing(state) {
                     end_run(state);
                 }
                 let recheck = holds_nothing(state) && std::mem::take(&mut state.recheck);
-                if state.more_due || recheck || !state.queue.is_empty() {
+                if state.more_due || recheck || !state.pipe.queue_is_empty() {
                     fill(&myself, state).await;
                 }
             }
@@ -349,9 +329,9 @@ fn wake_in(myself: &ActorRef<PollerMsg>, state: &mut PollerState, delay: Duratio
     wake_at(myself, state, at);
 }
 
-/// Whether no claimed timer is queued or in flight.
+/// Whether no claimed timer is queued, in flight, or published and not yet marked.
 fn holds_nothing(state: &PollerState) -> bool {
-    state.in_flight.is_empty() && state.queue.is_empty()
+    state.pipe.in_flight_is_empty() && state.pipe.queue_is_empty() && state.unmarked.is_empty()
 }
 
 /// Nothing is held any more: the next claim starts from the first due timer, and may take
@@ -367,13 +347,15 @@ fn end_run(state: &mut PollerState) {
 /// tenants with nothing queued have their share (a fair claim).
 async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     fill_claims(myself, state).await;
-    publish_more(myself, state);
+    state.pipe.launch();
 }
 
 async fn fill_claims(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     let persistence = state.args.registry.persistence();
     let batch_size = state.args.batch_size.max(1);
     let claim = claim_size(batch_size);
+    // A backlog: the last claim came back full (or its round was cut short), or timers wait.
+    let mut backlog = state.more_due || !state.pipe.queue_is_empty();
     // Whatever stops this round before it has planned the next wake-up (the window is full,
     // published timers wait for their mark) leaves batches in flight: claim again once they
     // settle, so no wake-up is lost.
@@ -385,8 +367,8 @@ async fn fill_claims(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
         }
         state.backoff_until = None;
     }
-    if !state.unmarked.is_empty() {
-        if !state.in_flight.is_empty() {
+    if state.mark_failed {
+        if !state.pipe.in_flight_is_empty() {
             // Marked once the batches in flight are settled.
             return;
         }
@@ -398,10 +380,15 @@ async fn fill_claims(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
             "published timers marked Reached after failures"
         );
     }
-    if !state.queue.is_empty() && !claim_fair(myself, state).await {
-        return;
-    }
-    while state.queue.len() + state.publishing + claim <= window(batch_size) {
+    loop {
+        // In every turn: while the broker fires what is held, this loop may go on claiming for
+        // as long as a backlog lasts, and the other tenants' turns must come all the same.
+        if backlog && !claim_fair(myself, state).await {
+            return;
+        }
+        if state.pipe.held() + claim > window(batch_size) {
+            return;
+        }
         let now = state.args.clock.now();
         let started = std::time::Instant::now();
         let after = if holds_nothing(state) {
@@ -438,6 +425,7 @@ async fn fill_claims(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
             }
             return;
         }
+        backlog = true;
     }
 }
 
@@ -458,13 +446,11 @@ fn hold(
         let lease = chrono::Duration::from_std(state.args.lease).unwrap_or_default();
         state.fence = Some(decided_at + lease - chrono::Duration::milliseconds(1));
     }
-    for timer in timers {
-        state.queue.push(Waiting {
-            timer,
-            reached_at: decided_at,
-            started,
-        });
-    }
+    state.pipe.hold(timers.into_iter().map(|timer| Waiting {
+        timer,
+        reached_at: decided_at,
+        started,
+    }));
 }
 
 /// While timers are queued, at most every [`FAIR_EVERY`]: claims a share of the due timers of
@@ -472,10 +458,11 @@ fn hold(
 /// arranged).
 async fn claim_fair(myself: &ActorRef<PollerMsg>, state: &mut PollerState) -> bool {
     let due_for_one = state.last_fair.is_none_or(|at| at.elapsed() >= FAIR_EVERY);
-    let Some(fence) = state.fence else {
-        return true;
-    };
-    if !due_for_one || state.queue.len() + state.publishing >= 2 * window(state.args.batch_size) {
+    // Between runs (the broker fired everything held before the next claim came back), no
+    // claim of this daemon's is taken again by a fair claim: the claim in `dueAt` order, which
+    // follows, takes those.
+    let fence = state.fence.unwrap_or(DateTime::UNIX_EPOCH);
+    if !due_for_one || state.pipe.held() >= 2 * window(state.args.batch_size) {
         return true;
     }
     state.last_fair = Some(tokio::time::Instant::now());
@@ -487,7 +474,7 @@ async fn claim_fair(myself: &ActorRef<PollerMsg>, state: &mut PollerState) -> bo
         .persistence()
         .claim_fair(
             now,
-            state.queue.tenants(),
+            state.pipe.queued_tenants(),
             state.fair_resume.clone(),
             FAIR_CLAIM,
             fence,
@@ -499,6 +486,11 @@ async fn claim_fair(myself: &ActorRef<PollerMsg>, state: &mut PollerState) -> bo
                 learn_offset(state, server_now - state.args.clock.now());
             }
             state.fair_resume = fair.resume_after;
+            tracing::debug!(
+                actor = "poller",
+                claimed = fair.batch.timers.len(),
+                "fair claim for the tenants with nothing queued"
+            );
             let decided_at = fair.batch.server_now.unwrap_or(now);
             hold(state, fair.batch.timers, decided_at, started);
             true
@@ -511,61 +503,11 @@ async fn claim_fair(myself: &ActorRef<PollerMsg>, state: &mut PollerState) -> bo
     }
 }
 
-/// Hands queued timers to the bus, a batch at a time, while the broker's window has room.
-fn publish_more(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
-    let batch_size = state.args.batch_size.max(1);
-    while state.publishing < state.publish_window.size() && !state.queue.is_empty() {
-        let batch = state.queue.next_batch(batch_size);
-        // One `reachedAt` per batch: the latest of its claims' instants, at which every one of
-        // its timers was due.
-        let reached_at = batch.iter().map(|w| w.reached_at).max();
-        let started = batch.iter().map(|w| w.started).min();
-        let (Some(reached_at), Some(started)) = (reached_at, started) else {
-            break;
-        };
-        let timers: Vec<DueTimer> = batch.into_iter().map(|w| w.timer).collect();
-        let size = timers.len();
-        let outcome = spawn_publish(myself, &state.args, timers, reached_at, started);
-        state.in_flight.push_back((size, outcome));
-        state.publishing += size;
-    }
-}
-
-/// Publishes one batch in the background; the outcome is in the returned receiver before the
-/// Poller is told to look at it.
-fn spawn_publish(
-    myself: &ActorRef<PollerMsg>,
-    args: &PollerArgs,
-    due: Vec<DueTimer>,
-    reached_at: DateTime<Utc>,
-    started: std::time::Instant,
-) -> OneshotReceiver<Published> {
-    let (myself, bus, clock) = (myself.clone(), args.bus.clone(), args.clock.clone());
-    let subjects = args.subjects.clone();
-    let (outcome, receiver) = ractor::concurrency::oneshot();
-    tokio::spawn(async move {
-        let published = publish(
-            bus.as_ref(),
-            clock.as_ref(),
-            &subjects,
-            due,
-            reached_at,
-            started,
-        )
-        .await;
-        if outcome.send(published).is_ok() {
-            let _ = myself.cast(PollerMsg::BatchPublished);
-        }
-    });
-    receiver
-}
-
 /// Marks what the broker acknowledged, in one transaction for all the batches settled; schedules
 /// a retry for what it did not acknowledge.
 async fn settle(myself: &ActorRef<PollerMsg>, state: &mut PollerState, settled: Vec<Published>) {
     let mut error = None;
     for mut published in settled {
-        state.publish_window.observe(published.took);
         if let Some(e) = published.error.take() {
             error.get_or_insert(e);
         }
@@ -573,7 +515,12 @@ async fn settle(myself: &ActorRef<PollerMsg>, state: &mut PollerState, settled: 
             state.unmarked.push(published);
         }
     }
-    if !state.unmarked.is_empty() && !mark_unmarked(state).await {
+    let waiting: usize = state.unmarked.iter().map(|p| p.fired.len()).sum();
+    // One mark for many batches: a transaction per batch cost more than the marks themselves
+    // (on PostgreSQL, four round trips each). Before anything is claimed from the first due
+    // timer again, every one is marked: nothing is in flight then.
+    let due = waiting >= MARK_AT_LEAST || (waiting > 0 && state.pipe.in_flight_is_empty());
+    if due && !mark_unmarked(state).await {
         return retry_later(myself, state);
     }
     match error {
@@ -610,6 +557,7 @@ async fn mark_unmarked(state: &mut PollerState) -> bool {
         .await
     {
         Ok(marked) => {
+            state.mark_failed = false;
             metrics::counter!(crate::telemetry::SCHEDULES_PROCESSED).increment(marked);
             let round = metrics::histogram!(crate::telemetry::POLLING_DURATION);
             for published in state.unmarked.drain(..) {
@@ -618,6 +566,7 @@ async fn mark_unmarked(state: &mut PollerState) -> bool {
             true
         }
         Err(e) => {
+            state.mark_failed = true;
             let waiting: usize = state.unmarked.iter().map(|p| p.fired.len()).sum();
             tracing::error!(actor = "poller", error = %e, waiting,
                 "published timers not marked Reached; retrying before firing more");
