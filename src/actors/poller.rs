@@ -23,7 +23,7 @@
 //! batches are filled one timer per tenant in turn; only as many timers are at the broker at
 //! once as it acknowledges within about 10 ms (`window`), so a timer put in the queue is
 //! published within milliseconds however many are claimed. While a backlog lasts, a fair claim (`storage::fair`) every [`FAIR_EVERY`]
-//! takes a share of the due timers of each tenant that has none waiting: one tenant's burst
+//! takes a share of the due timers of each tenant that has none held: one tenant's burst
 //! makes its own timers late, not another's due a moment after. With nothing backlogged,
 //! firing is as before: one claim of everything due.
 
@@ -344,7 +344,7 @@ fn end_run(state: &mut PollerState) {
 
 /// Claims due timers and queues them for publishing, until the window is full or nothing more
 /// is due, then arranges the wake-up for the next `dueAt`; while a backlog lasts, lets the
-/// tenants with nothing queued have their share (a fair claim).
+/// tenants with nothing held have their share (a fair claim).
 async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     fill_claims(myself, state).await;
     state.pipe.launch();
@@ -454,7 +454,7 @@ fn hold(
 }
 
 /// While timers are queued, at most every [`FAIR_EVERY`]: claims a share of the due timers of
-/// every tenant that has none queued. Returns false when the claim failed (a retry is
+/// every tenant that has none queued or at the broker. Returns false when the claim failed (a retry is
 /// arranged).
 async fn claim_fair(myself: &ActorRef<PollerMsg>, state: &mut PollerState) -> bool {
     let due_for_one = state.last_fair.is_none_or(|at| at.elapsed() >= FAIR_EVERY);
@@ -474,7 +474,7 @@ async fn claim_fair(myself: &ActorRef<PollerMsg>, state: &mut PollerState) -> bo
         .persistence()
         .claim_fair(
             now,
-            state.pipe.queued_tenants(),
+            state.pipe.held_tenants(),
             state.fair_resume.clone(),
             FAIR_CLAIM,
             fence,
@@ -489,7 +489,7 @@ async fn claim_fair(myself: &ActorRef<PollerMsg>, state: &mut PollerState) -> bo
             tracing::debug!(
                 actor = "poller",
                 claimed = fair.batch.timers.len(),
-                "fair claim for the tenants with nothing queued"
+                "fair claim for the tenants with nothing held"
             );
             let decided_at = fair.batch.server_now.unwrap_or(now);
             hold(state, fair.batch.timers, decided_at, started);

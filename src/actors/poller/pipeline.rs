@@ -4,7 +4,7 @@
 //! Poller waits for a claim or a mark (a window of a few milliseconds of work is soon empty,
 //! and a claim on PostgreSQL takes tens of them).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
@@ -30,6 +30,8 @@ pub struct Pipeline {
 
 struct Inner {
     queue: Queue,
+    /// Timers queued or at the broker, by tenant.
+    held: HashMap<String, usize>,
     /// The batches handed to the broker, oldest first, each yielding its outcome.
     in_flight: VecDeque<OneshotReceiver<Published>>,
     /// Timers in batches the broker has not answered yet, and how many may be.
@@ -49,6 +51,7 @@ impl Pipeline {
         Self {
             inner: Arc::new(Mutex::new(Inner {
                 queue: Queue::default(),
+                held: HashMap::new(),
                 in_flight: VecDeque::new(),
                 publishing: 0,
                 window: PublishWindow::new(batch_size),
@@ -71,6 +74,10 @@ impl Pipeline {
         {
             let mut inner = self.lock();
             for waiting in timers {
+                *inner
+                    .held
+                    .entry(waiting.timer.tenant_id.clone())
+                    .or_default() += 1;
                 inner.queue.push(waiting);
             }
         }
@@ -83,8 +90,10 @@ impl Pipeline {
         inner.queue.len() + inner.publishing
     }
 
-    pub fn queued_tenants(&self) -> BTreeSet<String> {
-        self.lock().queue.tenants()
+    /// Tenants with timers queued or at the broker: a fair claim leaves them out (it would
+    /// only step over their claimed rows).
+    pub fn held_tenants(&self) -> BTreeSet<String> {
+        self.lock().held.keys().cloned().collect()
     }
 
     pub fn queue_is_empty(&self) -> bool {
@@ -118,6 +127,7 @@ impl Pipeline {
     pub fn take_in_flight(&self) -> Vec<OneshotReceiver<Published>> {
         let mut inner = self.lock();
         inner.queue = Queue::default();
+        inner.held.clear();
         inner.in_flight.drain(..).collect()
     }
 
@@ -150,6 +160,10 @@ impl Pipeline {
     ) -> OneshotReceiver<Published> {
         let pipeline = self.clone();
         let (outcome, receiver) = ractor::concurrency::oneshot();
+        let mut tenants: HashMap<String, usize> = HashMap::new();
+        for timer in &due {
+            *tenants.entry(timer.tenant_id.clone()).or_default() += 1;
+        }
         tokio::spawn(async move {
             let size = due.len();
             let published = publish(
@@ -165,6 +179,14 @@ impl Pipeline {
                 let mut inner = pipeline.lock();
                 inner.publishing -= size;
                 inner.window.observe(published.took);
+                for (tenant, count) in tenants {
+                    if let Some(held) = inner.held.get_mut(&tenant) {
+                        *held = held.saturating_sub(count);
+                        if *held == 0 {
+                            inner.held.remove(&tenant);
+                        }
+                    }
+                }
             }
             let sent = outcome.send(published).is_ok();
             pipeline.launch();

@@ -3,7 +3,7 @@
 //! a single turn, not by its thousands (docs/CONTRACT.md §9). Each tenant's timers leave in the
 //! order they were claimed, which is its `dueAt` order.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
@@ -32,11 +32,6 @@ impl Queue {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// Tenants with timers waiting.
-    pub fn tenants(&self) -> BTreeSet<String> {
-        self.turns.iter().cloned().collect()
     }
 
     pub fn push(&mut self, waiting: Waiting) {
@@ -114,11 +109,11 @@ mod tests {
             ["bulk/0", "small/0", "bulk/1", "small/1", "bulk/2"]
         );
         assert_eq!(queue.len(), 997);
-        assert_eq!(queue.tenants(), BTreeSet::from(["bulk".to_owned()]));
+        assert_eq!(queue.turns, ["bulk"], "only bulk has timers waiting");
         let rest = queue.next_batch(2000);
         assert_eq!(rest.len(), 997);
         assert_eq!(rest[0].timer.service_call_id, "3");
-        assert!(queue.is_empty() && queue.tenants().is_empty());
+        assert!(queue.is_empty() && queue.turns.is_empty());
     }
 
     #[test]
