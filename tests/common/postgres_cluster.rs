@@ -201,6 +201,11 @@ impl PostgresCluster {
                 "max_connections=40",
                 "-c",
                 "shared_buffers=32MB",
+                // Statistics that follow a table filled within seconds, as those of a server
+                // that has run for a while follow its tables: a minute's nap (the default)
+                // leaves the planner with an empty table's statistics for a whole burst.
+                "-c",
+                "autovacuum_naptime=1",
             ])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
