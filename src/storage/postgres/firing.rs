@@ -11,9 +11,9 @@
 //!   the table's size); it only sets unindexed columns, so with the table's fill factor the
 //!   update is HOT and touches no index. The same statement returns the server's clock and,
 //!   when the batch is not full, when to look again.
-//! - the mark takes the keys as three arrays (`unnest`), one statement text whatever their
-//!   number, so it is prepared once and planned in constant time, and joins them to the
-//!   primary key by a nested loop.
+//! - the mark takes the keys as arrays (`unnest`), one statement text whatever their number
+//!   (one statement per claim instant), so it is prepared once and planned in constant time;
+//!   each key finds its row by a lateral lookup, and the rows are updated by `ctid`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
