@@ -15,17 +15,19 @@
 //! Several batches travel together: one claim takes [`claim_size`] timers (at least
 //! [`CLAIM_AT_LEAST`], whatever the batch size), which are published as batches of at most
 //! `batch_size`; while the broker acknowledges them, Persistence already claims the next (after
-//! the last timer in flight, so none is published twice), and every batch whose publish has
-//! finished is marked in one transaction. Memory stays bounded by [`window`] timers in flight,
-//! whatever the number of pending timers.
+//! the last timer claimed, and fenced off the claims still held, so none is published twice),
+//! and settled batches are marked together, [`MARK_AT_LEAST`] or more at a time. Memory stays
+//! bounded by [`window`] timers held, whatever the number of pending timers.
 //!
-//! Tenants take turns (docs/CONTRACT.md §9). Claimed timers wait in a [`Queue`] by tenant, and
-//! batches are filled one timer per tenant in turn; only as many timers are at the broker at
-//! once as it acknowledges within about 10 ms (`window`), so a timer put in the queue is
-//! published within milliseconds however many are claimed. While a backlog lasts, a fair claim (`storage::fair`) every [`FAIR_EVERY`]
-//! takes a share of the due timers of each tenant that has none held: one tenant's burst
-//! makes its own timers late, not another's due a moment after. With nothing backlogged,
-//! firing is as before: one claim of everything due.
+//! Tenants take turns (docs/CONTRACT.md §9). Claimed timers wait in a queue by tenant
+//! (`poller::queue`), and batches are filled one timer per tenant in turn; only as many timers
+//! are at the broker at once as it acknowledges within about 10 ms (`poller::window`), and the
+//! publishing tasks hand over the next batches themselves (`poller::pipeline`), so a timer put
+//! in the queue is published within milliseconds however many are claimed. While a backlog
+//! lasts, a fair claim (`storage::fair`) every [`FAIR_EVERY`] takes a share of the due timers of
+//! each tenant that has none held: one tenant's burst makes its own timers late, not another's
+//! due a moment after. With nothing backlogged, firing is as before: one claim of everything
+//! due.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,7 +8,7 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
 use super::super::fair::TENANTS_PER_WALK;
 use super::super::{Claimant, DueBatch, Store, StoreError};
-use super::firing::{batch_of, begin_firing};
+use super::firing::run_claim;
 use crate::domain::timestamp::format_utc;
 
 /// The walk (see `storage::fair`): after `$1`, due by `$2` (NULL: the server's clock), at most
@@ -100,14 +100,9 @@ pub(in crate::storage) async fn claim(
         format_utc(fence).into(),
         tenants.to_vec().into(),
     ];
-    let statement = Statement::from_sql_and_values(DbBackend::Postgres, CLAIM, values);
-    let rows = store
-        .relaxed(async {
-            let txn = begin_firing(store).await?;
-            let rows = txn.query_all_raw(statement).await?;
-            txn.commit().await?;
-            Ok(rows)
-        })
-        .await?;
-    batch_of(rows)
+    run_claim(
+        store,
+        Statement::from_sql_and_values(DbBackend::Postgres, CLAIM, values),
+    )
+    .await
 }

@@ -134,7 +134,16 @@ pub(in crate::storage) async fn claim_due(
         }
         None => CLAIM,
     };
-    let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, values);
+    run_claim(
+        store,
+        Statement::from_sql_and_values(DbBackend::Postgres, sql, values),
+    )
+    .await
+}
+
+/// Runs a claim statement in a firing transaction; the claimed timers, in firing order, with
+/// the clock and wake-up it returned.
+pub(super) async fn run_claim(store: &Store, statement: Statement) -> Result<DueBatch, StoreError> {
     let rows = store
         .relaxed(async {
             let txn = begin_firing(store).await?;
@@ -147,7 +156,7 @@ pub(in crate::storage) async fn claim_due(
 }
 
 /// The claimed timers, in firing order, and the clock and wake-up the statement returned.
-pub(super) fn batch_of(rows: Vec<QueryResult>) -> Result<DueBatch, StoreError> {
+fn batch_of(rows: Vec<QueryResult>) -> Result<DueBatch, StoreError> {
     let first = rows
         .first()
         .ok_or_else(|| StoreError::Unavailable("the claim returned no row".into()))?;
@@ -186,8 +195,10 @@ pub(in crate::storage) async fn mark_reached(
     store: &Store,
     batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
 ) -> Result<u64, StoreError> {
-    // Key order, as for commands: no deadlock with another daemon writing these rows. One
-    // entry per key: two batches never hold the same key with the same claim.
+    // One entry per key: two batches never hold the same key with the same claim. The rows are
+    // updated in the order of their `ctid`, not of their keys: a command of another daemon
+    // writing one of them at that moment can meet a deadlock, which the server breaks within a
+    // second by failing one of the two; a failed mark is retried, a failed commit handed back.
     let keys: BTreeMap<(&str, &str), (String, String)> = batches
         .iter()
         .flat_map(|(fired, reached_at)| fired.iter().map(move |t| (t, reached_at)))
@@ -231,7 +242,7 @@ pub(in crate::storage) async fn mark_reached(
 }
 
 /// A transaction of the firing path, with [`FIRING_SETTINGS`] (one round trip).
-pub(super) async fn begin_firing(store: &Store) -> Result<DatabaseTransaction, DbErr> {
+async fn begin_firing(store: &Store) -> Result<DatabaseTransaction, DbErr> {
     let txn = store.db.begin().await?;
     txn.execute_unprepared(FIRING_SETTINGS).await?;
     Ok(txn)
