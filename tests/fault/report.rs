@@ -133,7 +133,7 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
     }
     let disturbed = checker::disturbed_windows(run, &verdict.refire);
     for firing in checker::burst_firings(run, &disturbed, verdict) {
-        let worst = firing.others.iter().map(|(_, _, late)| *late).max();
+        let worst = firing.others.iter().map(|(_, _, _, late)| *late).max();
         let _ = writeln!(
             out,
             "  a burst of {} {} timers, no fault on, fired in {} ms; {} other tenants' timers due \
