@@ -5,6 +5,7 @@
 //! and the WAL catch-up. A change for one database touches its own file only.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr};
 
@@ -46,4 +47,15 @@ pub(crate) trait Backend: Debug + Send + Sync {
     /// Copies into the database what its write-ahead log still holds, when that is the
     /// writer's job.
     async fn catch_up_wal(&self, db: &DatabaseConnection) -> Result<(), StoreError>;
+
+    /// Limits how long the reads that follow on a reader connection may run (`None`: lifts
+    /// the limit). See `storage::reader`.
+    async fn limit_reads(
+        &self,
+        db: &DatabaseConnection,
+        limit: Option<Duration>,
+    ) -> Result<(), StoreError>;
+
+    /// Whether `error` is a read stopped by that limit.
+    fn stopped_for_time(&self, error: &StoreError) -> bool;
 }

@@ -197,7 +197,12 @@ async fn open(
     settings: &SqliteSettings,
     create: bool,
 ) -> Result<DatabaseConnection, DbErr> {
-    let options = SqliteConnectOptions::new()
+    sqlite_pool(sqlite_options(path, settings, create), SqlitePoolOptions::new()).await
+}
+
+/// The connection settings of the SQLite file at `path`.
+fn sqlite_options(path: &Path, settings: &SqliteSettings, create: bool) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(create)
         .journal_mode(SqliteJournalMode::Wal)
@@ -211,10 +216,21 @@ async fn open(
         .pragma(
             "wal_autocheckpoint",
             AUTOCHECKPOINT_BACKSTOP_PAGES.to_string(),
-        );
-    let pool = SqlitePoolOptions::new()
+        )
+}
+
+/// One connection to SQLite, kept for the life of the store.
+async fn sqlite_pool(
+    options: SqliteConnectOptions,
+    pool: SqlitePoolOptions,
+) -> Result<DatabaseConnection, DbErr> {
+    let pool = pool
         .max_connections(1)
         .min_connections(1)
+        // Never replaced behind the store's back: a reader's connection carries its interrupt
+        // handler, and a new one would lack it.
+        .idle_timeout(None)
+        .max_lifetime(None)
         // sqlx pings the connection before every use by default: for SQLite that is one more
         // round trip to its worker thread per statement, on the firing path. A broken
         // connection shows in the statement's own error, after which Persistence reopens it.
@@ -223,6 +239,31 @@ async fn open(
         .await
         .map_err(|e| DbErr::Conn(sea_orm::RuntimeErr::SqlxError(e.into())))?;
     Ok(SqlxSqliteConnector::from_sqlx_sqlite_pool(pool))
+}
+
+/// A reader connection to the SQLite file at `path` (see `storage::reader`): it refuses writes
+/// (`query_only`), keeps a smaller cache than the writer's, and stops a statement as soon as
+/// `interrupt` says so.
+pub(super) async fn open_sqlite_reader(
+    path: &Path,
+    settings: &SqliteSettings,
+    interrupt: impl Fn() -> bool + Send + Sync + Clone + 'static,
+) -> Result<DatabaseConnection, DbErr> {
+    let reader = SqliteSettings {
+        cache_kib: (settings.cache_kib / 4).max(2_048),
+        ..settings.clone()
+    };
+    let options = sqlite_options(path, &reader, false).pragma("query_only", "ON");
+    let pool = SqlitePoolOptions::new().after_connect(move |connection, _| {
+        let interrupt = interrupt.clone();
+        Box::pin(async move {
+            let mut handle = connection.lock_handle().await?;
+            // Asked every thousand virtual-machine steps (a few microseconds of work).
+            handle.set_progress_handler(1_000, move || !interrupt());
+            Ok(())
+        })
+    });
+    sqlite_pool(options, pool).await
 }
 
 /// Key of the PostgreSQL advisory lock that migrations hold.

@@ -34,6 +34,7 @@ mod backend;
 mod commands;
 mod postgres;
 mod probe;
+mod reader;
 mod retention;
 mod rows;
 mod sqlite;
@@ -92,6 +93,8 @@ pub enum StoreError {
          records itself under it"
     )]
     NameTaken { name: String, holder: String },
+    #[error("the read ran longer than {0:?} and was stopped")]
+    TooLong(Duration),
 }
 
 impl StoreError {
@@ -108,8 +111,23 @@ impl StoreError {
     pub fn needs_reopen(&self) -> bool {
         !matches!(
             self,
-            StoreError::CorruptRow { .. } | StoreError::StaleStream(_)
+            StoreError::CorruptRow { .. } | StoreError::StaleStream(_) | StoreError::TooLong(_)
         ) && self.refused_row().is_none()
+    }
+
+    /// The code a database error carries: SQLite's (extended) result code, PostgreSQL's
+    /// SQLSTATE; `None` for anything else.
+    pub fn database_code(&self) -> Option<String> {
+        let StoreError::Db(
+            DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)),
+        ) = self
+        else {
+            return None;
+        };
+        match &**e {
+            sea_orm::sqlx::Error::Database(e) => e.code().map(|code| code.into_owned()),
+            _ => None,
+        }
     }
 
     /// The database's own reason when it refused the data of a row (a value it cannot store,

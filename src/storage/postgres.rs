@@ -1,6 +1,8 @@
 //! The PostgreSQL [`Backend`]: several daemons share the table, each commit says itself
 //! whether it waits for the disk, and there is no file of ours to watch.
 
+use std::time::Duration;
+
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 
 use super::StoreError;
@@ -74,5 +76,25 @@ impl Backend for Postgres {
 
     async fn catch_up_wal(&self, _db: &DatabaseConnection) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    /// The server's `statement_timeout` of the reader's session: each statement of the reads
+    /// that follow is cancelled past `limit`; `RESET` gives back the session's own.
+    async fn limit_reads(
+        &self,
+        db: &DatabaseConnection,
+        limit: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let statement = match limit {
+            Some(limit) => format!("SET statement_timeout = {}", limit.as_millis().max(1)),
+            None => "RESET statement_timeout".to_owned(),
+        };
+        db.execute_unprepared(&statement).await?;
+        Ok(())
+    }
+
+    /// SQLSTATE 57014, `query_canceled`: the statement ran past the limit.
+    fn stopped_for_time(&self, error: &StoreError) -> bool {
+        error.database_code().as_deref() == Some("57014")
     }
 }

@@ -3,11 +3,14 @@
 //! only a file has (its identity at its path, the free space of its disk).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 
 use super::backend::Backend;
 use super::db::{FileIdentity, SqliteSettings, Synchronous, checkpoint, free_bytes};
+use super::reader::ReadDeadline;
 use super::{MIN_FREE_BYTES, StoreError};
 
 /// The file a store writes to and what is checked of it.
@@ -18,6 +21,8 @@ pub(crate) struct Sqlite {
     identity: FileIdentity,
     /// The configured `synchronous` level: what commands and cancels commit at.
     synchronous: Synchronous,
+    /// On a reader connection: when its current read must stop (its progress handler reads it).
+    read_deadline: Option<Arc<ReadDeadline>>,
 }
 
 impl Sqlite {
@@ -35,10 +40,24 @@ impl Sqlite {
             })?,
             path: path.to_owned(),
             synchronous: settings.synchronous,
+            read_deadline: None,
         };
         if sqlite.raises() {
             set_synchronous(db, Synchronous::Normal).await?;
         }
+        Ok(sqlite)
+    }
+
+    /// The backend of a reader connection to the file at `path`, just opened as `db` with a
+    /// progress handler that stops a read once `deadline` has passed.
+    pub(crate) async fn reader(
+        db: &DatabaseConnection,
+        path: &Path,
+        settings: &SqliteSettings,
+        deadline: Arc<ReadDeadline>,
+    ) -> Result<Self, StoreError> {
+        let mut sqlite = Self::open(db, path, settings).await?;
+        sqlite.read_deadline = Some(deadline);
         Ok(sqlite)
     }
 
@@ -130,5 +149,23 @@ impl Backend for Sqlite {
             "WAL caught up"
         );
         Ok(())
+    }
+
+    /// The deadline the reader's progress handler watches; nothing on the writer.
+    async fn limit_reads(
+        &self,
+        _db: &DatabaseConnection,
+        limit: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        if let Some(deadline) = &self.read_deadline {
+            deadline.set(limit);
+        }
+        Ok(())
+    }
+
+    /// `SQLITE_INTERRUPT`: the progress handler stopped the statement.
+    fn stopped_for_time(&self, error: &StoreError) -> bool {
+        const INTERRUPT: &str = "9";
+        error.database_code().as_deref() == Some(INTERRUPT)
     }
 }

@@ -1,0 +1,95 @@
+//! Reader connections: the query API's reads and the gauges' counts run on connections of their
+//! own beside the writer (SQLite's WAL lets readers read while the writer commits), so a slow
+//! read never holds up a claim or a commit. An API read has a time limit: past it the read is
+//! stopped (SQLite: interrupted at its next step; PostgreSQL: the server's `statement_timeout`,
+//! per statement) and fails as [`StoreError::TooLong`], so what one read costs is bounded
+//! however many timers a tenant holds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::db::{DatabaseTarget, connect_with, open_sqlite_reader};
+use super::postgres::Postgres;
+use super::sqlite::Sqlite;
+use super::{PostgresSettings, Store, StoreError};
+
+impl Store {
+    /// Opens a reader connection to the existing database: reads only (SQLite refuses a write
+    /// on it), and [`Self::read_within`] can stop its reads.
+    pub async fn open_reader(
+        target: &DatabaseTarget,
+        postgres: &PostgresSettings,
+    ) -> Result<Self, StoreError> {
+        let (db, backend): (_, Arc<dyn super::backend::Backend>) = match target {
+            DatabaseTarget::Sqlite { path, settings } => {
+                let deadline = Arc::new(ReadDeadline::default());
+                let passed = {
+                    let deadline = deadline.clone();
+                    move || deadline.passed()
+                };
+                let db = open_sqlite_reader(path, settings, passed).await?;
+                let backend = Sqlite::reader(&db, path, settings, deadline).await?;
+                (db, Arc::new(backend))
+            }
+            DatabaseTarget::Postgres { .. } => {
+                (connect_with(target, 1, postgres).await?, Arc::new(Postgres))
+            }
+        };
+        Ok(Self {
+            db,
+            backend,
+            callers_clock: false,
+        })
+    }
+
+    /// Runs the reads of `work` for at most `limit`; past it they are stopped and this fails as
+    /// [`StoreError::TooLong`]. The connection stays usable either way.
+    pub async fn read_within<T>(
+        &self,
+        limit: Duration,
+        work: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.backend.limit_reads(&self.db, Some(limit)).await?;
+        let result = work.await;
+        // A limit left in place would stop the next reads: a failure to lift it is a failure
+        // of the connection (reopened).
+        self.backend.limit_reads(&self.db, None).await?;
+        result.map_err(|e| {
+            if self.backend.stopped_for_time(&e) {
+                StoreError::TooLong(limit)
+            } else {
+                e
+            }
+        })
+    }
+}
+
+/// When a SQLite reader's current read must stop: set by [`Store::read_within`], read by the
+/// connection's progress handler, which interrupts the statement once it has passed.
+#[derive(Debug, Default)]
+pub(crate) struct ReadDeadline {
+    /// Microseconds after [`epoch`]; 0 for none.
+    at: AtomicU64,
+}
+
+impl ReadDeadline {
+    pub(crate) fn set(&self, limit: Option<Duration>) {
+        let at = limit.map_or(0, |limit| {
+            let at = (Instant::now() + limit).duration_since(epoch());
+            u64::try_from(at.as_micros()).unwrap_or(u64::MAX).max(1)
+        });
+        self.at.store(at, Ordering::Release);
+    }
+
+    fn passed(&self) -> bool {
+        let at = self.at.load(Ordering::Acquire);
+        at != 0 && epoch().elapsed().as_micros() >= u128::from(at)
+    }
+}
+
+/// The instant deadlines are counted from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
