@@ -19,6 +19,7 @@ const SECTIONS: &[&str] = &[
     "retention",
     "quotas",
     "metrics",
+    "api",
 ];
 
 /// One line per problem, each naming the key and where its value came from: the file, or the

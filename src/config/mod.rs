@@ -20,6 +20,7 @@ use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAUL
 use crate::nats::BrokerNames;
 
 mod changes;
+mod api;
 pub mod duration;
 mod env;
 mod metrics;
@@ -30,6 +31,7 @@ mod sqlite;
 mod validate;
 
 use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
+pub use api::{ApiSettings, MAX_READ_CONNECTIONS};
 pub use metrics::{MAX_LABELLED_TENANTS, MetricsSettings};
 pub use postgres::PostgresSettings;
 pub use quotas::{QuotaSettings, TenantQuotaSettings, parse_tenants};
@@ -116,6 +118,7 @@ pub struct Config {
     /// Per-tenant limits; the only settings a running daemon reloads (on SIGHUP).
     pub quotas: QuotaSettings,
     pub metrics: MetricsSettings,
+    pub api: ApiSettings,
 }
 
 /// `[nats]`: names of the broker objects and subjects, stream settings, authentication.
@@ -222,6 +225,7 @@ impl std::fmt::Debug for Config {
             retention,
             quotas,
             metrics,
+            api,
         } = self;
         f.debug_struct("Config")
             .field("broker_url", &redact_url(broker_url))
@@ -241,6 +245,7 @@ impl std::fmt::Debug for Config {
             .field("retention", retention)
             .field("quotas", quotas)
             .field("metrics", metrics)
+            .field("api", api)
             .finish()
     }
 }
@@ -265,6 +270,7 @@ impl Default for Config {
             retention: RetentionSettings::default(),
             quotas: QuotaSettings::default(),
             metrics: MetricsSettings::default(),
+            api: ApiSettings::default(),
         }
     }
 }

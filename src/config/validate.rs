@@ -98,6 +98,7 @@ impl Config {
         self.postgres.validate()?;
         self.quotas.validate()?;
         self.metrics.validate()?;
+        self.api.validate()?;
         Ok(())
     }
 }
