@@ -15,7 +15,7 @@ use crate::actors::command_handler::CommandHandlerArgs;
 use crate::actors::gauges::GaugesArgs;
 use crate::actors::http::HttpArgs;
 use crate::actors::janitor::JanitorArgs;
-use crate::actors::persistence::PROBE_INTERVAL;
+use crate::health::PROBE_INTERVAL;
 use crate::actors::persistence::PersistenceArgs;
 use crate::actors::poller::PollerArgs;
 use crate::actors::{
@@ -146,6 +146,8 @@ impl Daemon {
                     lease: config.claim_lease,
                 },
                 postgres: config.postgres.clone(),
+                read_connections: config.api.read_connections,
+                read_timeout: config.api.read_timeout,
             }),
             ChildSpec::of::<Poller>(PollerArgs {
                 registry: registry.clone(),
@@ -181,6 +183,7 @@ impl Daemon {
                 publisher: Arc::new(JetStreamCommandPublisher::new(js, names)),
                 clock: clock.clone(),
                 subjects,
+                max_in_flight_per_tenant: config.api.max_in_flight_per_tenant,
             }),
             ChildSpec::of::<Janitor>(JanitorArgs {
                 registry: registry.clone(),
@@ -188,8 +191,7 @@ impl Daemon {
                 keep_finished: config.retention.keep_finished,
             }),
             ChildSpec::of::<Gauges>(GaugesArgs {
-                database: database.clone(),
-                postgres: config.postgres.clone(),
+                registry: registry.clone(),
                 clock,
             }),
         ];

@@ -12,7 +12,7 @@
 //! operation waiting longer than [`OPERATION_WAIT_MAX`], or a write proof older than
 //! [`STORAGE_PROOF_MAX_AGE`], turns it red whatever hangs, and the next commit turns it green.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -45,15 +45,21 @@ impl Status {
     }
 }
 
+/// How often Persistence proves with a small write that the database accepts writes.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The probe's own deadline on PostgreSQL (shorter than other operations': it is one small
+/// write, and its failure is what readiness waits for).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// How old the last committed write may be before the database counts as not accepting
-/// writes: three of Persistence's probe intervals, so that one slow probe is no outage, and a
-/// database that stops answering shows within seconds even while an operation hangs on it.
-pub const STORAGE_PROOF_MAX_AGE: Duration =
-    Duration::from_secs(3 * crate::actors::persistence::PROBE_INTERVAL.as_secs());
+/// writes: three probe intervals, so that one slow probe is no outage, and a database that
+/// stops answering shows within seconds even while an operation hangs on it.
+pub const STORAGE_PROOF_MAX_AGE: Duration = Duration::from_secs(3 * PROBE_INTERVAL.as_secs());
 
 /// How long one operation may wait for the database before the database counts as not
 /// answering: the probe's own deadline, which a working database meets with room to spare.
-pub const OPERATION_WAIT_MAX: Duration = crate::actors::persistence::PROBE_TIMEOUT;
+pub const OPERATION_WAIT_MAX: Duration = PROBE_TIMEOUT;
 
 /// Shared, cheap to clone; every daemon has its own.
 #[derive(Debug, Clone)]
@@ -67,8 +73,8 @@ struct Inner {
     /// When a database write last committed (or the daemon started: a grace period to prove
     /// the database the first time).
     last_write: Instant,
-    /// Since when the operation under way waits for the database, where that is watched.
-    waiting_since: Option<Instant>,
+    /// Since when the operation under way on each watched lane waits for the database.
+    waiting_since: BTreeMap<&'static str, Instant>,
     /// Whether the database has been seen not answering, so that the change is logged once.
     stale: bool,
 }
@@ -76,7 +82,7 @@ struct Inner {
 impl Inner {
     /// Why the database counts as not answering, if it does.
     fn silence(&self) -> Option<String> {
-        let waited = self.waiting_since.map(|since| since.elapsed());
+        let waited = self.waiting_since.values().min().map(Instant::elapsed);
         if let Some(waited) = waited.filter(|w| *w > OPERATION_WAIT_MAX) {
             return Some(format!(
                 "an operation has waited {:.1} s for the database (it does not answer)",
@@ -105,7 +111,7 @@ impl Health {
             inner: Arc::new(Mutex::new(Inner {
                 status: Status::default(),
                 last_write: Instant::now(),
-                waiting_since: None,
+                waiting_since: BTreeMap::new(),
                 stale: false,
             })),
         }
@@ -126,10 +132,16 @@ impl Health {
         status
     }
 
-    /// An operation starts waiting for the database (`true`) or is done (`false`): watched
-    /// where operations have a deadline, so that one hanging shows before that deadline.
-    pub fn waiting_on_database(&self, waiting: bool) {
-        self.lock().waiting_since = waiting.then(Instant::now);
+    /// An operation of `lane` starts waiting for the database (`true`) or is done (`false`):
+    /// watched where operations have a deadline, so that one hanging shows before that
+    /// deadline. Each lane runs one operation at a time.
+    pub fn waiting_on_database(&self, lane: &'static str, waiting: bool) {
+        let mut inner = self.lock();
+        if waiting {
+            inner.waiting_since.insert(lane, Instant::now());
+        } else {
+            inner.waiting_since.remove(lane);
+        }
     }
 
     /// Brings `timer_storage_ok` in line with the age of the write proof, and logs once when the
@@ -187,8 +199,10 @@ impl Health {
 
     /// Makes the operation under way wait since `waited` ago: for tests.
     #[cfg(test)]
-    fn waited(&self, waited: Duration) {
-        self.lock().waiting_since = Instant::now().checked_sub(waited);
+    fn waited(&self, lane: &'static str, waited: Duration) {
+        if let Some(since) = Instant::now().checked_sub(waited) {
+            self.lock().waiting_since.insert(lane, since);
+        }
     }
 }
 
@@ -245,15 +259,19 @@ mod tests {
     fn an_operation_waiting_too_long_is_a_storage_problem_until_it_ends() {
         let health = Health::new();
         health.set_broker_connected(true);
-        health.waiting_on_database(true);
+        health.waiting_on_database("writer", true);
+        health.waiting_on_database("firing", true);
         assert!(health.status().problems().is_empty(), "a wait just begun");
-        health.waited(OPERATION_WAIT_MAX + Duration::from_millis(500));
+        health.waited("writer", OPERATION_WAIT_MAX + Duration::from_millis(500));
         let problems = health.status().problems();
         assert!(
             problems[0].starts_with("database: an operation has waited 3."),
             "{problems:?}"
         );
-        health.waiting_on_database(false);
-        assert!(health.status().problems().is_empty());
+        health.waiting_on_database("writer", false);
+        assert!(
+            health.status().problems().is_empty(),
+            "the other lane's wait is still short"
+        );
     }
 }

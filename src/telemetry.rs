@@ -59,6 +59,11 @@ pub const TENANT_FIRE_LATENESS: &str = "timer_tenant_fire_lateness_seconds";
 /// ([`RejectionKind`]).
 pub const TENANT_REJECTED: &str = "timer_tenant_rejected_total";
 
+/// Operations waiting in a Persistence lane (label `lane`: `writer`, `firing`, `reader`).
+pub const DATABASE_QUEUE_DEPTH: &str = "timer_database_queue_depth";
+/// How long each database operation waited in its lane before it started (label `lane`).
+pub const DATABASE_WAIT: &str = "timer_database_wait_seconds";
+
 /// Bucket bounds for the latency histograms, in seconds: sub-millisecond to a minute.
 const BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -160,6 +165,15 @@ fn describe() {
     describe_counter!(
         QUOTA_REJECTIONS,
         "Commands rejected past a tenant's quota, by quota and tenant (_other: tenants without an override)"
+    );
+    describe_gauge!(
+        DATABASE_QUEUE_DEPTH,
+        "Database operations waiting in each lane of Persistence, by lane"
+    );
+    describe_histogram!(
+        DATABASE_WAIT,
+        Unit::Seconds,
+        "How long each database operation waited in its lane before it started, by lane"
     );
     describe_counter!(
         API_REQUESTS_DROPPED,

@@ -279,6 +279,8 @@ async fn start_persistence(
             health: Default::default(),
             claimant: common::claimant(),
             postgres: Default::default(),
+            read_connections: 1,
+            read_timeout: Duration::from_secs(1),
         },
     )
     .await

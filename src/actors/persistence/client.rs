@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use ractor::ActorRef;
 use ractor::concurrency::OneshotReceiver;
 
-use super::{Op, Operation, Persistence, PersistenceMsg};
+use super::{Class, Op, Operation, Persistence, PersistenceMsg};
 use crate::actors::registry::Registry;
 use crate::actors::supervisor::NamedActor;
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
@@ -20,7 +20,7 @@ use crate::domain::forecast::{ForecastMinute, ForecastWindow};
 use crate::domain::quota::TenantPending;
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use crate::storage::fair::FairBatch;
-use crate::storage::{Claimant, DueBatch, Store, StoreError};
+use crate::storage::{Claimant, DueBatch, PendingCounts, Store, StoreError};
 
 /// Why a call to Persistence did not produce an answer.
 #[derive(Debug, thiserror::Error)]
@@ -63,12 +63,14 @@ impl PersistenceClient {
             .ok_or(CallError::Unavailable)
     }
 
-    /// Runs `work` on the store as one operation called `name`, after every message already
-    /// sent to Persistence, and waits (at most `CALL_TIMEOUT`) for its result. `rows` is how
-    /// many rows it concerns, for its log line.
+    /// Runs `work` on the store as one operation called `name` of `class`, after every
+    /// operation of its class already sent to Persistence (reads: of its key), and waits (at
+    /// most `CALL_TIMEOUT`) for its result. `rows` is how many rows it concerns, for its log
+    /// line.
     pub async fn run<T, F>(
         &self,
         name: &'static str,
+        class: Class,
         kind: Op,
         rows: usize,
         work: F,
@@ -79,8 +81,16 @@ impl PersistenceClient {
             + Send
             + 'static,
     {
-        let build =
-            |reply| PersistenceMsg::Run(Operation::new(name, kind, rows, Box::new(work), reply));
+        let build = |reply| {
+            PersistenceMsg::Run(Operation::new(
+                name,
+                class,
+                kind,
+                rows,
+                Box::new(work),
+                reply,
+            ))
+        };
         match self.actor()?.call(build, Some(CALL_TIMEOUT)).await {
             Ok(ractor::rpc::CallResult::Success(result)) => Ok(result?),
             Ok(ractor::rpc::CallResult::Timeout) => Err(CallError::Messaging("timed out".into())),
@@ -91,12 +101,13 @@ impl PersistenceClient {
         }
     }
 
-    /// Like [`Self::run`], but returns at once: the operation is queued behind every message
-    /// already sent to Persistence (so operations queued one after another run in that order),
+    /// Like [`Self::run`], but returns at once: the operation is queued behind every operation
+    /// of its class already sent (so operations queued one after another run in that order),
     /// and the receiver yields its result.
     pub fn run_queued<T, F>(
         &self,
         name: &'static str,
+        class: Class,
         kind: Op,
         rows: usize,
         work: F,
@@ -108,7 +119,7 @@ impl PersistenceClient {
             + 'static,
     {
         let (reply, receiver) = ractor::concurrency::oneshot();
-        let operation = Operation::new(name, kind, rows, Box::new(work), reply.into());
+        let operation = Operation::new(name, class, kind, rows, Box::new(work), reply.into());
         self.actor()?
             .cast(PersistenceMsg::Run(operation))
             .map_err(|e| CallError::Messaging(e.to_string()))?;
@@ -119,7 +130,7 @@ impl PersistenceClient {
     /// waits for the commit.
     pub async fn apply(&self, commands: Vec<Command>) -> Result<u64, CallError> {
         let rows = commands.len();
-        self.run("apply", Op::Write, rows, move |store, _| {
+        self.run("apply", Class::Commands, Op::Write, rows, move |store, _| {
             Box::pin(async move { store.apply(&commands).await })
         })
         .await
@@ -135,7 +146,7 @@ impl PersistenceClient {
         part: Range<usize>,
     ) -> Result<OneshotReceiver<Result<u64, StoreError>>, CallError> {
         let rows = part.len();
-        self.run_queued("apply", Op::Write, rows, move |store, _| {
+        self.run_queued("apply", Class::Commands, Op::Write, rows, move |store, _| {
             Box::pin(async move { store.apply(&commands[part]).await })
         })
     }
@@ -150,7 +161,7 @@ impl PersistenceClient {
         limit: usize,
         fence: Option<DateTime<Utc>>,
     ) -> Result<DueBatch, CallError> {
-        self.run("claim_due", Op::Write, limit, move |store, claimant| {
+        self.run("claim_due", Class::Firing, Op::Write, limit, move |store, claimant| {
             Box::pin(async move {
                 store
                     .claim_due_fenced(now, after.as_ref(), limit, fence, claimant)
@@ -170,7 +181,7 @@ impl PersistenceClient {
         limit: usize,
         fence: DateTime<Utc>,
     ) -> Result<FairBatch, CallError> {
-        self.run("claim_fair", Op::Write, limit, move |store, claimant| {
+        self.run("claim_fair", Class::Firing, Op::Write, limit, move |store, claimant| {
             Box::pin(async move {
                 store
                     .claim_fair(now, &skip, resume_after.as_deref(), limit, fence, claimant)
@@ -186,7 +197,7 @@ impl PersistenceClient {
         batches: Vec<(Arc<[DueTimer]>, DateTime<Utc>)>,
     ) -> Result<u64, CallError> {
         let rows = batches.iter().map(|(fired, _)| fired.len()).sum();
-        self.run("mark_reached", Op::Write, rows, move |store, _| {
+        self.run("mark_reached", Class::Firing, Op::Write, rows, move |store, _| {
             Box::pin(async move { store.mark_reached(&batches).await })
         })
         .await
@@ -198,7 +209,7 @@ impl PersistenceClient {
         service_call_id: &str,
     ) -> Result<Option<Timer>, CallError> {
         let (tenant_id, service_call_id) = (tenant_id.to_owned(), service_call_id.to_owned());
-        self.run("get", Op::Read, 1, move |store, _| {
+        self.run("get", Class::tenant_read(&tenant_id), Op::Read, 1, move |store, _| {
             Box::pin(async move { store.get(&tenant_id, &service_call_id).await })
         })
         .await
@@ -211,7 +222,7 @@ impl PersistenceClient {
         limit: usize,
     ) -> Result<ListPage, CallError> {
         let tenant_id = tenant_id.to_owned();
-        self.run("list", Op::Read, limit, move |store, _| {
+        self.run("list", Class::tenant_read(&tenant_id), Op::Read, limit, move |store, _| {
             Box::pin(async move { store.list(&tenant_id, &filter, limit).await })
         })
         .await
@@ -223,7 +234,7 @@ impl PersistenceClient {
         now: DateTime<Utc>,
     ) -> Result<TenantStats, CallError> {
         let tenant_id = tenant_id.to_owned();
-        self.run("stats", Op::Read, 1, move |store, _| {
+        self.run("stats", Class::tenant_read(&tenant_id), Op::Read, 1, move |store, _| {
             Box::pin(async move { store.stats(&tenant_id, now).await })
         })
         .await
@@ -237,8 +248,30 @@ impl PersistenceClient {
         asked: Vec<(String, Vec<String>)>,
     ) -> Result<HashMap<String, TenantPending>, CallError> {
         let rows = asked.iter().map(|(_, keys)| keys.len()).sum();
-        self.run("pending_of", Op::Read, rows, move |store, _| {
+        self.run("pending_of", Class::Commands, Op::Read, rows, move |store, _| {
             Box::pin(async move { store.pending_of(&asked).await })
+        })
+        .await
+    }
+
+    /// Pending timers in all: a read of the daemon's own, on a reader connection.
+    pub async fn count_pending(&self) -> Result<u64, CallError> {
+        self.run("count_pending", Class::own_read(), Op::Read, 0, |store, _| {
+            Box::pin(store.count_pending())
+        })
+        .await
+    }
+
+    /// How many of a tenant's timers are pending and overdue at `now`: a read of the daemon's
+    /// own (the labelled tenants' gauges), on a reader connection.
+    pub async fn pending_counts(
+        &self,
+        tenant_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<PendingCounts, CallError> {
+        let tenant_id = tenant_id.to_owned();
+        self.run("pending_counts", Class::own_read(), Op::Read, 1, move |store, _| {
+            Box::pin(async move { store.pending_counts(&tenant_id, now).await })
         })
         .await
     }
@@ -250,7 +283,7 @@ impl PersistenceClient {
         window: ForecastWindow,
     ) -> Result<Vec<ForecastMinute>, CallError> {
         let tenant_id = tenant_id.to_owned();
-        self.run("forecast", Op::Read, 1, move |store, _| {
+        self.run("forecast", Class::tenant_read(&tenant_id), Op::Read, 1, move |store, _| {
             Box::pin(async move { store.forecast(&tenant_id, &window).await })
         })
         .await
@@ -258,7 +291,7 @@ impl PersistenceClient {
 
     /// The epoch of an incarnation of the command stream, recorded the first time it is met.
     pub async fn command_epoch(&self, stream: StreamIncarnation) -> Result<u32, CallError> {
-        self.run("command_epoch", Op::Write, 1, move |store, _| {
+        self.run("command_epoch", Class::Commands, Op::Write, 1, move |store, _| {
             Box::pin(async move { store.command_epoch(&stream, Utc::now()).await })
         })
         .await
@@ -271,7 +304,7 @@ impl PersistenceClient {
         keep: std::time::Duration,
         limit: usize,
     ) -> Result<u64, CallError> {
-        self.run("delete_finished", Op::Write, limit, move |store, _| {
+        self.run("delete_finished", Class::Background, Op::Write, limit, move |store, _| {
             Box::pin(store.delete_finished(now, keep, limit))
         })
         .await
@@ -281,7 +314,7 @@ impl PersistenceClient {
     /// complete checkpoint (SQLite), so that the next commit starts the WAL from its beginning.
     /// Does not wait: the outcome shows in the WAL's size at the next checkpoint.
     pub fn catch_up_wal(&self) {
-        let _ = self.run_queued("catch_up_wal", Op::Read, 0, |store, _| {
+        let _ = self.run_queued("catch_up_wal", Class::Background, Op::Read, 0, |store, _| {
             Box::pin(store.catch_up_wal())
         });
     }
@@ -291,7 +324,7 @@ impl PersistenceClient {
         &self,
         command: Command,
     ) -> Result<(CancelOutcome, Option<Timer>), CallError> {
-        self.run("cancel", Op::Write, 1, move |store, _| {
+        self.run("cancel", Class::Commands, Op::Write, 1, move |store, _| {
             Box::pin(async move { store.cancel(&command).await })
         })
         .await

@@ -1,0 +1,184 @@
+//! What one message to Persistence carries: a [`Store`] method boxed with its reply, the
+//! [`Class`] of work it is (which decides its lane and its turn there), and what its log line
+//! and the health need to know of it.
+
+use std::any::Any;
+
+use futures::future::BoxFuture;
+use ractor::RpcReplyPort;
+
+use super::worker::Worker;
+use crate::storage::{Claimant, Store, StoreError};
+
+/// Which kind of work an operation is. A lane serves its classes in this order of priority: a
+/// due timer's claim or mark never waits behind a queued command commit, a read or a retention
+/// batch, only behind the one operation its connection is running.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// Claims and marks: due timers wait on these.
+    Firing,
+    /// The health probe: readiness waits on it.
+    Probe,
+    /// Command commits, the API's cancel, stream epochs, and the pending counts of the quotas,
+    /// which must see every commit handed over before them: first in, first out.
+    Commands,
+    /// Retention deletes and the WAL catch-up: whenever nothing else waits.
+    Background,
+    /// A read on a reader connection, beside the writer. Reads take turns by `key` (a tenant;
+    /// the daemon's own counts have the empty key), so one tenant's flood of reads waits behind
+    /// itself. A `limited` read is stopped past the read time limit (API reads).
+    Read { key: String, limited: bool },
+}
+
+impl Class {
+    /// A read of `tenant`'s, stopped past the read time limit: the API's reads.
+    pub fn tenant_read(tenant: &str) -> Self {
+        Self::Read {
+            key: tenant.to_owned(),
+            limited: true,
+        }
+    }
+
+    /// A read of the daemon's own (the gauges' counts): no time limit.
+    pub fn own_read() -> Self {
+        Self::Read {
+            key: String::new(),
+            limited: false,
+        }
+    }
+
+    /// The key reads of this class take turns by (empty for the first-in-first-out classes).
+    pub fn key(&self) -> &str {
+        match self {
+            Self::Read { key, .. } => key,
+            _ => "",
+        }
+    }
+
+    /// This class without its key: what a lane orders by.
+    pub fn rank(&self) -> Rank {
+        match self {
+            Self::Firing => Rank::Firing,
+            Self::Probe => Rank::Probe,
+            Self::Commands => Rank::Commands,
+            Self::Background => Rank::Background,
+            Self::Read { .. } => Rank::Read,
+        }
+    }
+}
+
+/// A [`Class`] without its key, in order of priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Rank {
+    Firing,
+    Probe,
+    Commands,
+    Background,
+    Read,
+}
+
+/// Whether an operation writes: only a committed write proves that storage works again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+}
+
+pub(super) type Reply<T> = RpcReplyPort<Result<T, StoreError>>;
+
+/// The work of one operation: what it does with the store (and this daemon's claimant),
+/// borrowing them for the time of one transaction.
+pub type Work<T> =
+    Box<dyn for<'s> FnOnce(&'s Store, &'s Claimant) -> BoxFuture<'s, Result<T, StoreError>> + Send>;
+
+/// One operation sent to Persistence: its name, class, whether it writes and how many rows it
+/// concerns (for its log line and the health), and the work with its reply.
+pub struct Operation {
+    pub name: &'static str,
+    pub class: Class,
+    pub kind: Op,
+    pub rows: usize,
+    job: Box<dyn Job>,
+}
+
+impl Operation {
+    pub fn new<T: Send + 'static>(
+        name: &'static str,
+        class: Class,
+        kind: Op,
+        rows: usize,
+        work: Work<T>,
+        reply: Reply<T>,
+    ) -> Self {
+        Self {
+            name,
+            class,
+            kind,
+            rows,
+            job: Box::new(Typed { work, reply }),
+        }
+    }
+
+    /// Answers the operation without running it: for a stand-in of Persistence in a test. An
+    /// answer of another type than the operation's is dropped, and its caller sees no reply.
+    pub fn answer<T: Send + 'static>(self, result: Result<T, StoreError>) {
+        self.job.answer(Box::new(result));
+    }
+
+    /// Runs the operation on `worker`'s connection, which replies.
+    pub(super) async fn run(self, worker: &mut Worker) {
+        let Operation {
+            name,
+            class,
+            kind,
+            rows,
+            job,
+        } = self;
+        let limited = matches!(class, Class::Read { limited: true, .. });
+        job.run(worker, Meta {
+            name,
+            kind,
+            rows,
+            limited,
+        })
+        .await;
+    }
+}
+
+/// What a worker needs to know of an operation besides its work.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Meta {
+    pub name: &'static str,
+    pub kind: Op,
+    pub rows: usize,
+    /// Stopped past the read time limit.
+    pub limited: bool,
+}
+
+/// An operation with its result type erased, so that one message carries any of them.
+trait Job: Send {
+    fn run<'a>(self: Box<Self>, worker: &'a mut Worker, meta: Meta) -> BoxFuture<'a, ()>;
+
+    fn answer(self: Box<Self>, result: Box<dyn Any + Send>);
+}
+
+struct Typed<T> {
+    work: Work<T>,
+    reply: Reply<T>,
+}
+
+impl<T: Send + 'static> Job for Typed<T> {
+    fn run<'a>(self: Box<Self>, worker: &'a mut Worker, meta: Meta) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let Typed { work, reply } = *self;
+            let result = worker.execute(meta, work).await;
+            let _ = reply.send(result);
+        })
+    }
+
+    fn answer(self: Box<Self>, result: Box<dyn Any + Send>) {
+        if let Ok(result) = result.downcast::<Result<T, StoreError>>() {
+            let _ = self.reply.send(*result);
+        }
+    }
+}
