@@ -46,6 +46,7 @@ pub mod nats;
 pub mod ports;
 pub mod storage;
 pub mod telemetry;
+pub mod turns;
 
 pub use actors::NamedActor;
 pub use config::Config;

@@ -7,9 +7,11 @@
 //! the PubAck gave it, and answered only once committed (the CommandHandler meets the same
 //! command later and changes nothing). A bad request is answered 400 with a reason.
 //!
-//! Requests are handled in tasks of their own (at most [`MAX_IN_FLIGHT`] at once), so a slow
-//! one holds up no other; a request's failure or panic reaches only its caller, who is answered
-//! 500 either way. When the service cannot receive any more (the connection closed), the actor
+//! Requests are handled in tasks of their own, at most `[api] max_in_flight_per_tenant` of one
+//! tenant at once while the tenant's others wait their turn (`admission`), so a slow one holds
+//! up no other and one tenant's flood waits behind itself; reads also take turns by tenant on
+//! Persistence's reader connections. A request's failure or panic reaches only its caller, who is answered 500
+//! either way. When the service cannot receive any more (the connection closed), the actor
 //! fails and is restarted.
 
 use std::panic::AssertUnwindSafe;
@@ -28,12 +30,14 @@ use crate::domain::Subjects;
 use crate::domain::api::ApiError;
 use crate::ports::{ApiRequest, ApiServer, Clock, CommandPublisher};
 
+mod admission;
 mod handler;
 
+use admission::Admission;
 use handler::Handler;
 
-/// Requests handled at once; more wait for a free slot.
-pub const MAX_IN_FLIGHT: usize = 64;
+/// Requests waiting or handled, all tenants together; past this, receiving waits.
+pub const MAX_QUEUED: usize = 4_096;
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
@@ -51,6 +55,8 @@ pub struct ApiResponderArgs {
     pub publisher: Arc<dyn CommandPublisher>,
     pub clock: Arc<dyn Clock>,
     pub subjects: Subjects,
+    /// Most requests of one tenant handled at once.
+    pub max_in_flight_per_tenant: usize,
 }
 
 pub struct ApiResponderState {
@@ -118,7 +124,8 @@ impl Actor for ApiResponder {
                     );
                     state.failed_starts = 0;
                     let handler = Handler::new(&state.args);
-                    let task = tokio::spawn(serve(requests, handler, myself.clone()));
+                    let per_tenant = state.args.max_in_flight_per_tenant.max(1);
+                    let task = tokio::spawn(serve(requests, handler, per_tenant, myself.clone()));
                     state.serving = Some(AbortOnDropHandle::new(task));
                 }
                 Err(e) => {
@@ -137,20 +144,34 @@ impl Actor for ApiResponder {
     }
 }
 
-/// Receives requests and answers each in a task of its own.
+/// Receives requests and answers each in a task of its own, a tenant's requests taking turns
+/// (see [`Admission`]). The receiving waits only when [`MAX_QUEUED`] requests wait in all.
 async fn serve(
     mut requests: futures::stream::BoxStream<'static, ApiRequest>,
     handler: Handler,
+    per_tenant: usize,
     actor: ActorRef<ApiResponderMsg>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let slots = Arc::new(Semaphore::new(MAX_QUEUED));
+    let admission = Admission::new(per_tenant);
     while let Some(request) = requests.next().await {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
         };
         let handler = handler.clone();
+        let admitted = handler
+            .tenant_of(&request.subject)
+            .map(|tenant| admission.admit(tenant));
         tokio::spawn(async move {
-            answer(&handler, request).await;
+            match admitted {
+                Some(Err(refused)) => answer(&handler, request, Some(refused)).await,
+                Some(Ok(ticket)) => {
+                    let _turn = ticket.turn().await;
+                    answer(&handler, request, None).await;
+                }
+                // No tenant: answered 400 by the handler, at once.
+                None => answer(&handler, request, None).await,
+            }
             drop(slot);
         });
     }
@@ -161,20 +182,26 @@ async fn serve(
 /// request: the details are in the service's log, not in the reply.
 const UNEXPECTED: &str = "the request failed unexpectedly; the service logged why";
 
-/// Handles one request and sends its one reply. A panic while handling it, or while sending
-/// the reply, still answers 500 (the client is not left waiting for a timeout) and is logged.
-async fn answer(handler: &Handler, request: ApiRequest) {
+/// Handles one request (or answers it with `refused`) and sends its one reply. A panic while
+/// handling it, or while sending the reply, still answers 500 (the client is not left waiting
+/// for a timeout) and is logged.
+async fn answer(handler: &Handler, request: ApiRequest, refused: Option<ApiError>) {
     let verb = handler.verb_of(&request.subject);
-    let handled = AssertUnwindSafe(handler.handle(&request.subject, &request.payload))
-        .catch_unwind()
-        .await;
+    let handled = match refused {
+        Some(refused) => Ok(Err(refused)),
+        None => {
+            AssertUnwindSafe(handler.handle(&request.subject, &request.payload))
+                .catch_unwind()
+                .await
+        }
+    };
     let result = handled.unwrap_or_else(|panic| {
         tracing::error!(actor = ApiResponder::NAME, subject = %request.subject,
             panic = panic_message(panic.as_ref()), "API request handling panicked");
         Err(ApiError::internal(UNEXPECTED))
     });
     if let Err(e) = &result {
-        if e.code >= 500 {
+        if e.code >= 500 && e.retry_after.is_none() {
             tracing::error!(actor = ApiResponder::NAME, subject = %request.subject,
                 code = e.code, reason = %e.message, "API request failed");
         } else {
@@ -299,7 +326,7 @@ mod tests {
             r#"{"serviceCallId":"sc-7"}"#,
             &replies,
         );
-        answer(&handler(), cancel).await;
+        answer(&handler(), cancel, None).await;
         assert_eq!(codes(&replies), [500]);
     }
 
@@ -307,11 +334,11 @@ mod tests {
     async fn a_panic_while_replying_is_answered_500_once() {
         let replies = Replies::default();
         *replies.panics.lock().unwrap() = 1;
-        answer(&handler(), request("timer.api.stats.acme", "[", &replies)).await;
+        answer(&handler(), request("timer.api.stats.acme", "[", &replies), None).await;
         assert_eq!(codes(&replies), [500]);
 
         let replies = Replies::default();
-        answer(&handler(), request("timer.api.stats.acme", "[", &replies)).await;
+        answer(&handler(), request("timer.api.stats.acme", "[", &replies), None).await;
         assert_eq!(codes(&replies), [400], "no panic, the request's own answer");
     }
 }

@@ -41,38 +41,56 @@ impl Verb {
     }
 }
 
-/// A refused or failed request: the micro protocol's error code and a reason.
+/// A refused or failed request: the micro protocol's error code and a reason, and for a
+/// request refused for now (503) when to try again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     pub code: u16,
     pub message: String,
+    /// For a 503: how long the client should wait before it asks again.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ApiError {
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    fn new(code: u16, message: impl Into<String>) -> Self {
         Self {
-            code: 400,
+            code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self {
-            code: 404,
-            message: message.into(),
-        }
+        Self::new(404, message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, message)
+    }
+
+    /// Refused for now (too many requests of the tenant at once, a read that ran too long):
+    /// the same request may succeed `retry_after` later.
+    pub fn unavailable(message: impl Into<String>, retry_after: std::time::Duration) -> Self {
         Self {
-            code: 500,
-            message: message.into(),
+            retry_after: Some(retry_after),
+            ..Self::new(503, message)
         }
     }
 
-    /// The JSON body of an error reply: `{ "error": "…" }`.
+    /// The JSON body of an error reply: `{ "error": "…" }`, with `"retryAfterMs"` on a 503.
     pub fn body(&self) -> Vec<u8> {
-        serde_json::to_vec(&serde_json::json!({ "error": self.message })).unwrap_or_default()
+        let body = match self.retry_after {
+            Some(after) => serde_json::json!({
+                "error": self.message,
+                "retryAfterMs": u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+            }),
+            None => serde_json::json!({ "error": self.message }),
+        };
+        serde_json::to_vec(&body).unwrap_or_default()
     }
 }
 

@@ -19,11 +19,15 @@ use crate::domain::forecast::ForecastWindow;
 use crate::domain::tenant::check_tenant_id;
 use crate::domain::{Action, Command, StreamIncarnation, Subjects, command_order};
 use crate::ports::{Clock, CommandPublisher};
+use crate::storage::StoreError;
 
 /// How long a cancel waits for the commands published before it to be handled, so that its
 /// outcome is the one of its place in the stream; past this (a long backlog, storage failing)
 /// it is applied anyway.
 const EARLIER_COMMANDS_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a client whose read ran too long is asked to wait before it tries again.
+const TOO_LONG_RETRY: Duration = Duration::from_secs(1);
 
 /// Everything one request needs; cheap to clone into each request's task.
 #[derive(Clone)]
@@ -50,7 +54,17 @@ impl Handler {
     /// Answers one request on `subject` (`<api prefix>.<verb>.<tenantId>`).
     pub(super) async fn handle(&self, subject: &str, body: &[u8]) -> Result<Vec<u8>, ApiError> {
         let (verb, tenant_id) = self.route(subject)?;
-        let storage = |e: CallError| ApiError::internal(format!("storage unavailable: {e}"));
+        let storage = |e: CallError| match e {
+            CallError::Store(StoreError::TooLong(limit)) => ApiError::unavailable(
+                format!(
+                    "the read ran longer than {} ms and was stopped: ask for less (a smaller \
+                     limit, fewer forecastMinutes) or retry later",
+                    limit.as_millis()
+                ),
+                TOO_LONG_RETRY,
+            ),
+            e => ApiError::internal(format!("storage unavailable: {e}")),
+        };
         match verb {
             Verb::Get => {
                 let service_call_id = parse_key_request(verb, body)?;
@@ -99,6 +113,11 @@ impl Handler {
                 self.cancel(tenant_id, service_call_id).await
             }
         }
+    }
+
+    /// The tenant a request subject names, when it names a valid one.
+    pub(super) fn tenant_of<'s>(&self, subject: &'s str) -> Option<&'s str> {
+        self.route(subject).ok().map(|(_, tenant)| tenant)
     }
 
     /// The verb of a request subject, for metrics (`unknown` when it names none).
