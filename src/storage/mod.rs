@@ -1,25 +1,19 @@
 //! Storage: the only code that touches SeaORM and the database.
 //!
 //! Every query of the service, as batch-shaped methods of [`Store`]: one call, one
-//! transaction. Multi-row statements (`INSERT … ON CONFLICT` over many rows, one `UPDATE …
-//! WHERE (key) IN (…)`) keep the per-statement round trip of the driver off the per-timer path.
-//! The queries are written once; where SQLite and PostgreSQL differ, they ask the backend.
+//! transaction, multi-row statements off the per-timer path. The shared modules are written
+//! once; where SQLite and PostgreSQL differ they call the `Backend` and never ask which it is.
 //!
-//! - this file: the store's face — [`Store`] and its public methods, [`StoreError`],
-//!   [`DueBatch`], [`Claimant`].
-//! - `backend`: the `Backend` trait, the differences between the databases;
-//!   `sqlite` and `postgres`: one implementation each.
-//! - `commands`: applying commands and cancels, and the epochs of the command stream.
-//! - `firing`: claiming due timers, marking them `Reached`, and when to look again.
-//! - `queries`: the query API's reads (`get`, `list`, `stats` and its forecast), and a
-//!   tenant's pending counts.
-//! - `quotas`: what the pending limit needs (a tenant's pending count, its keys' states).
-//! - `retention`: deleting finished timers.
-//! - `probe`: the health probe, the pending count, the WAL catch-up.
-//! - `rows`: conversions between stored rows and the domain's types.
-//! - `db`: opening the database with its settings, migrations, checkpoints, free space.
-//! - `entity`: the SeaORM model of `timer_schedules`; `daemons`: the health probe's table;
-//!   `command_streams`: the incarnations of the command stream and their epochs.
+//! - this file: the store's face ([`Store`], [`DueBatch`], [`Claimant`]) and opening it.
+//! - `error`: [`StoreError`], and refused rows told apart from outages.
+//! - `backend`: the `Backend` trait; `sqlite/` and `postgres/` implement it, each with its
+//!   `firing` (claim in `dueAt` order, mark) and `fair` (walk, shares) SQL and its clock.
+//! - `commands`: commands, cancels, the command stream's epochs. `firing`: claims, marks.
+//!   `fair`: claims by tenant in turn. `retention`: deleting finished timers.
+//! - `queries`: the query API's reads; `quotas`: what the pending limit needs; `probe`: the
+//!   health probe, the daemon's name, the pending count.
+//! - `rows`: stored rows ↔ the domain's types; `entity`, `daemons`, `command_streams`: the
+//!   tables; `db`: connecting, settings, migrations, checkpoints, free space.
 
 pub mod command_streams;
 pub mod daemons;
@@ -48,7 +42,7 @@ use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr, TransactionTrait};
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
 use crate::domain::forecast::{ForecastMinute, ForecastWindow};
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
-use backend::Backend;
+use backend::{Backend, Now};
 use db::{DatabaseTarget, connect_with};
 use postgres::Postgres;
 use sqlite::Sqlite;
@@ -130,15 +124,12 @@ impl Store {
         self
     }
 
-    /// Whether the database server's clock decides what is due (PostgreSQL, unless
-    /// [`Self::with_callers_clock`]).
-    fn server_clock(&self) -> bool {
-        self.backend.server_clock() && !self.callers_clock
-    }
-
-    /// Whether the firing path is `postgres::firing`'s set-based statements.
-    fn postgres(&self) -> bool {
-        self.backend.server_clock()
+    /// The caller's `now`, for the backend to decide by or to set aside for its server's clock.
+    fn now(&self, at: DateTime<Utc>) -> Now {
+        Now {
+            at,
+            callers_clock: self.callers_clock,
+        }
     }
 
     pub async fn close(self) -> Result<(), StoreError> {
@@ -176,7 +167,7 @@ impl Store {
 
     /// Claims up to `limit` `Scheduled` timers with `due_at <= now` in firing order (`now` is
     /// the caller's clock on SQLite; on PostgreSQL, shared by daemons whose clocks may
-    /// disagree, it is the database server's, see `postgres::firing`) — starting
+    /// disagree, it is the database server's, see `storage/postgres/`) — starting
     /// after `after` when given (the last timer the caller has in flight) and skipping those
     /// another daemon holds a live claim on — and, when no more are due, finds the next `dueAt` to
     /// wake up for. The claim is what "picked for firing" means: committed, so a cancel arriving
@@ -229,7 +220,7 @@ impl Store {
     }
 
     /// Marks published batches `Reached`, each at its own `reached_at` (the instant its claim
-    /// was decided, by the store's clock: see [`DueBatch::now`]), in one transaction. A
+    /// was decided, by the store's clock: see [`DueBatch::server_now`]), in one transaction. A
     /// row whose `due_at` changed since it was claimed (rescheduled while its event was in
     /// flight) is left `Scheduled`, so the new `dueAt` still fires. Returns the number of rows
     /// marked.
