@@ -15,7 +15,6 @@ use crate::actors::command_handler::CommandHandlerArgs;
 use crate::actors::gauges::GaugesArgs;
 use crate::actors::http::HttpArgs;
 use crate::actors::janitor::JanitorArgs;
-use crate::health::PROBE_INTERVAL;
 use crate::actors::persistence::PersistenceArgs;
 use crate::actors::poller::PollerArgs;
 use crate::actors::{
@@ -24,6 +23,7 @@ use crate::actors::{
 };
 use crate::config::{Config, DaemonName};
 use crate::domain::quota::Quotas;
+use crate::health::PROBE_INTERVAL;
 use crate::health::{Health, Status};
 use crate::nats::{
     self, JetStreamCommandPublisher, JetStreamCommandSourceFactory, NatsApiServer, NatsEventBus,

@@ -17,11 +17,11 @@
 //!   [`ports::Clock`], the API's server and publisher (test doubles: `tests/common/doubles.rs`).
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker: `connection`,
 //!   `streams`, `command_source`, `event_bus`, `api_service`.
-//! - [`storage`]: the only code that touches the database. `mod.rs` is the store's face;
-//!   `backend` (the trait where SQLite and PostgreSQL differ) with `sqlite` and `postgres`;
-//!   one module per family of queries: `commands`, `firing`, `fair` (claims by tenant in turn),
-//!   `queries`, `quotas`,
-//!   `retention`, `probe`;
+//! - [`storage`]: the only code that touches the database. `mod.rs` is the store's face,
+//!   `error` its errors; `backend` (the trait where SQLite and PostgreSQL differ), implemented
+//!   by `sqlite/` and `postgres/`, each with its `firing` (claim, mark) and `fair` SQL and its
+//!   clock (`postgres/names` too); one shared module per family of queries: `commands`,
+//!   `firing`, `fair` (claims by tenant in turn), `queries`, `quotas`, `retention`, `probe`;
 //!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints).
 //! - [`actors`]: the Supervisor and its children — Persistence (with its client), Checkpointer,
 //!   CommandHandler, Poller (with its queue by tenant and the broker's window), ApiResponder,

@@ -640,15 +640,19 @@ async fn the_api_is_discoverable_as_a_micro_service() {
     ok(&client, "timer.api.stats.acme", json!({})).await;
     // The service counts a request once its reply has gone out, which can be a moment after
     // the client has it.
-    eventually(Duration::from_secs(5), "two stats requests counted", || async {
-        let stats = ok(&client, "$SRV.STATS.timer-service", json!({})).await;
-        let counted = stats["endpoints"]
-            .as_array()?
-            .iter()
-            .find(|e| e["name"] == "stats")?["num_requests"]
-            .as_u64()?;
-        (counted >= 2).then_some(())
-    })
+    eventually(
+        Duration::from_secs(5),
+        "two stats requests counted",
+        || async {
+            let stats = ok(&client, "$SRV.STATS.timer-service", json!({})).await;
+            let counted = stats["endpoints"]
+                .as_array()?
+                .iter()
+                .find(|e| e["name"] == "stats")?["num_requests"]
+                .as_u64()?;
+            (counted >= 2).then_some(())
+        },
+    )
     .await;
     daemon.shutdown().await.unwrap();
 }

@@ -334,11 +334,21 @@ mod tests {
     async fn a_panic_while_replying_is_answered_500_once() {
         let replies = Replies::default();
         *replies.panics.lock().unwrap() = 1;
-        answer(&handler(), request("timer.api.stats.acme", "[", &replies), None).await;
+        answer(
+            &handler(),
+            request("timer.api.stats.acme", "[", &replies),
+            None,
+        )
+        .await;
         assert_eq!(codes(&replies), [500]);
 
         let replies = Replies::default();
-        answer(&handler(), request("timer.api.stats.acme", "[", &replies), None).await;
+        answer(
+            &handler(),
+            request("timer.api.stats.acme", "[", &replies),
+            None,
+        )
+        .await;
         assert_eq!(codes(&replies), [400], "no panic, the request's own answer");
     }
 }

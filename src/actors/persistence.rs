@@ -32,9 +32,9 @@ mod lanes;
 mod operation;
 mod worker;
 pub use client::{CallError, PersistenceClient};
+use lanes::Lane;
 pub use lanes::{LaneSpec, layout};
 pub use operation::{Class, Op, Operation, Rank, Work};
-use lanes::Lane;
 use worker::Worker;
 
 /// How often the watchdog brings the health's write proof up to date.
@@ -203,7 +203,11 @@ impl Actor for Persistence {
 
 /// Hands `operation` to the lane that serves its class.
 fn submit(state: &PersistenceState, operation: Operation) {
-    match state.lanes.iter().find(|lane| lane.serves(&operation.class)) {
+    match state
+        .lanes
+        .iter()
+        .find(|lane| lane.serves(&operation.class))
+    {
         Some(lane) => lane.submit(operation),
         None => {
             let name = operation.name;
@@ -243,7 +247,10 @@ async fn serve(lane: Arc<Lane>, mut worker: Worker) -> &'static str {
 /// Watches the connections' tasks: one that ends while the actor runs (a panic in an
 /// operation) fails the actor, and the Supervisor restarts Persistence with fresh lanes. Ends
 /// when every task has ended (after the lanes close, at the stop).
-fn watch(myself: ActorRef<PersistenceMsg>, mut workers: JoinSet<&'static str>) -> AbortOnDropHandle<()> {
+fn watch(
+    myself: ActorRef<PersistenceMsg>,
+    mut workers: JoinSet<&'static str>,
+) -> AbortOnDropHandle<()> {
     AbortOnDropHandle::new(tokio::spawn(async move {
         while let Some(ended) = workers.join_next().await {
             if let Err(e) = ended

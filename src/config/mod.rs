@@ -19,8 +19,8 @@ use crate::domain::Subjects;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::nats::BrokerNames;
 
-mod changes;
 mod api;
+mod changes;
 pub mod duration;
 mod env;
 mod metrics;
@@ -30,8 +30,8 @@ pub mod redact;
 mod sqlite;
 mod validate;
 
-use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
 pub use api::{ApiSettings, MAX_READ_CONNECTIONS};
+use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
 pub use metrics::{MAX_LABELLED_TENANTS, MetricsSettings};
 pub use postgres::PostgresSettings;
 pub use quotas::{QuotaSettings, TenantQuotaSettings, parse_tenants};

@@ -1,15 +1,49 @@
 //! Where SQLite and PostgreSQL differ, in one place: the [`Backend`] trait, implemented once
-//! per database ([`super::sqlite`], [`super::postgres`]). The queries are written once, against
-//! SeaORM; they ask the backend only what differs: how a commit waits (or not) for the disk,
-//! whether one statement is a transaction of its own, what must be checked of the storage after a write, whose clock decides what is due,
-//! and the WAL catch-up. A change for one database touches its own file only.
+//! per database (`sqlite/`, `postgres/`), as River's drivers implement one interface. The
+//! shared modules call `store.backend` for what differs and never ask which database it is:
+//!
+//! - durability: how a commit waits (or not) for the disk;
+//! - the checks only a file has (its identity at its path, the free space of its disk);
+//! - the firing path: the claim in `dueAt` order, the mark, the fair claim's walk and shares
+//!   (one writer on SQLite; `FOR UPDATE SKIP LOCKED` by the server's clock on PostgreSQL);
+//! - the clock: whose clock decides what is due, and the retention cutoff by it;
+//! - taking a daemon's name, and the WAL catch-up.
+//!
+//! A backend module imports the shared ones (rows, constants, `fair::choose`'s limits), never
+//! the other way round. A change for one database touches its own directory only.
 
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, SimpleExpr};
 use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr};
 
-use super::StoreError;
+use super::{Claimant, DueBatch, NameHold, Store, StoreError};
+use crate::domain::timestamp::format_utc;
+use crate::domain::{DuePosition, DueTimer};
+
+/// The `now` a caller passed, and whether it decides even where the server's clock would: the
+/// backend decides whose clock it goes by.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Now {
+    /// The caller's clock.
+    pub(crate) at: DateTime<Utc>,
+    /// Set by `Store::with_callers_clock`, for tests of the rules at instants they choose.
+    pub(crate) callers_clock: bool,
+}
+
+impl Now {
+    /// `ago` before the caller's clock, as stored text; `None` when no instant is that far
+    /// back.
+    pub(crate) fn before(self, ago: Duration) -> Option<SimpleExpr> {
+        let then = chrono::Duration::from_std(ago)
+            .ok()
+            .and_then(|ago| self.at.checked_sub_signed(ago))?;
+        Some(Expr::value(format_utc(then)))
+    }
+}
 
 /// What one database does its own way. Methods that have nothing to do on a database are
 /// no-ops there.
@@ -32,11 +66,6 @@ pub(crate) trait Backend: Debug + Send + Sync {
     /// PostgreSQL, where a relaxed commit is asked for inside its transaction.
     fn statement_is_transaction(&self) -> bool;
 
-    /// Whether several daemons share the table, so that the database server's clock, not
-    /// the caller's, decides what is due and when a claim lapses (its firing path then is
-    /// `postgres::firing`).
-    fn server_clock(&self) -> bool;
-
     /// Fails when what was just committed may not be where the store reads from (a file
     /// removed or replaced while open).
     fn check_written(&self) -> Result<(), StoreError>;
@@ -47,6 +76,64 @@ pub(crate) trait Backend: Debug + Send + Sync {
     /// Copies into the database what its write-ahead log still holds, when that is the
     /// writer's job.
     async fn catch_up_wal(&self, db: &DatabaseConnection) -> Result<(), StoreError>;
+
+    /// See `Store::claim_due_fenced`: claims up to `limit` due timers in firing order, after
+    /// `after`, and when the batch is not full finds when to look again.
+    async fn claim_due(
+        &self,
+        store: &Store,
+        now: Now,
+        after: Option<&DuePosition>,
+        limit: usize,
+        fence: Option<DateTime<Utc>>,
+        claimant: &Claimant,
+    ) -> Result<DueBatch, StoreError>;
+
+    /// See `Store::mark_reached`; `batches` holds at least one timer.
+    async fn mark_reached(
+        &self,
+        store: &Store,
+        batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
+    ) -> Result<u64, StoreError>;
+
+    /// The fair claim's walk (see `storage::fair`): the tenants holding rows after
+    /// `resume_after`, at most `fair::TENANTS_PER_WALK`, each with whether a timer of theirs is
+    /// due.
+    async fn walk_tenants(
+        &self,
+        store: &Store,
+        now: Now,
+        resume_after: Option<&str>,
+    ) -> Result<Vec<(String, bool)>, StoreError>;
+
+    /// The fair claim's shares: claims up to `share` due timers of each of `tenants`, each
+    /// tenant's in `dueAt` order, in one statement.
+    async fn claim_shares(
+        &self,
+        store: &Store,
+        now: Now,
+        tenants: &[String],
+        share: usize,
+        fence: DateTime<Utc>,
+        claimant: &Claimant,
+    ) -> Result<DueBatch, StoreError>;
+
+    /// Now by the store's clock, as stored text (the daemons' `seen_at`): the caller's `now`
+    /// where one daemon has the database, the server's clock where daemons share it.
+    fn clock_now(&self, now: DateTime<Utc>) -> SimpleExpr;
+
+    /// The retention cutoff: `keep` before now by the clock that stamped `reached_at`, as
+    /// stored text. `None` when no instant is that far back (nothing to delete).
+    fn retention_cutoff(&self, now: Now, keep: Duration) -> Option<SimpleExpr>;
+
+    /// See `Store::take_name`: at once where one daemon has the database to itself, after
+    /// watching a recent holder's row where daemons share it.
+    async fn take_name(
+        &self,
+        store: &Store,
+        name: &str,
+        watch: Duration,
+    ) -> Result<NameHold, StoreError>;
 
     /// Limits how long the reads that follow on a reader connection may run (`None`: lifts
     /// the limit). See `storage::reader`.

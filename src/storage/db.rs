@@ -197,7 +197,11 @@ async fn open(
     settings: &SqliteSettings,
     create: bool,
 ) -> Result<DatabaseConnection, DbErr> {
-    sqlite_pool(sqlite_options(path, settings, create), SqlitePoolOptions::new()).await
+    sqlite_pool(
+        sqlite_options(path, settings, create),
+        SqlitePoolOptions::new(),
+    )
+    .await
 }
 
 /// The connection settings of the SQLite file at `path`.

@@ -1,19 +1,26 @@
-//! Firing: claiming the due timers for this daemon, marking the published ones `Reached`, and
-//! finding when to look again. These writes commit without waiting for the disk: losing one to
-//! a power cut only means a timer is claimed or published again, which the contract allows.
+//! Firing (docs/CONTRACT.md §5): claiming the due timers for this daemon, marking the
+//! published ones `Reached`, and finding when to look again. The statements are the backend's
+//! (`sqlite/firing.rs`, `postgres/firing.rs`), each by the clock that decides what is due
+//! there; what is shared lives here:
+//!
+//! - [`due_query`]: the keys a claim in firing order picks, as SeaORM builds them: the
+//!   pending index's own order (`dueAt`, tenant, service call), skipping live claims of other
+//!   daemons. SQLite's claim runs it; a test explains it.
+//! - the entry points the store calls, which hand the caller's clock to the backend.
+//!
+//! These writes commit without waiting for the disk: losing one to a power cut only means a
+//! timer is claimed or published again, which the contract allows.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, Query, SelectStatement};
-use sea_orm::{ColumnTrait, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ColumnTrait, Order};
 
 use super::entity::{Column, Entity};
-use super::rows::{due_from_model, parse_optional_time};
-use super::{Claimant, DueBatch, PENDING, ROWS_PER_STATEMENT, Store, StoreError};
+use super::{Claimant, DueBatch, PENDING, Store, StoreError};
 use crate::domain::timestamp::format_utc;
-use crate::domain::{DuePosition, DueTimer, TimerState};
+use crate::domain::{DuePosition, DueTimer};
 
 /// The keys of up to `limit` timers `claimant` may fire at `now`, in firing order, after
 /// `after` when given. [`Store::claim_due`] claims them; a test explains it.
@@ -28,7 +35,7 @@ pub fn due_query(
 
 /// [`due_query`], taking again only those of `claimant`'s own claims whose lease ends before
 /// `fence` when one is given (see [`Store::claim_due_fenced`]).
-fn due_query_fenced(
+pub(super) fn due_query_fenced(
     now: DateTime<Utc>,
     after: Option<&DuePosition>,
     claimant: &str,
@@ -46,9 +53,7 @@ fn due_query_fenced(
     due
 }
 
-/// See [`Store::claim_due`]. Where daemons share the table, the server's clock decides and
-/// the statements are `postgres::firing`'s; here, `now` is the clock, and SQLite's one writer
-/// needs no lock.
+/// See [`Store::claim_due_fenced`]: the backend's claim, by its clock.
 pub(super) async fn claim_due(
     store: &Store,
     now: DateTime<Utc>,
@@ -57,71 +62,14 @@ pub(super) async fn claim_due(
     fence: Option<DateTime<Utc>>,
     claimant: &Claimant,
 ) -> Result<DueBatch, StoreError> {
-    if store.postgres() {
-        let now = (!store.server_clock()).then_some(now);
-        return super::postgres::firing::claim_due(store, now, after, limit, fence, claimant).await;
-    }
-    let until = now + chrono::Duration::from_std(claimant.lease).unwrap_or_default();
-    let picked = due_query_fenced(now, after, &claimant.name, fence, limit);
-    let claim = Entity::update_many()
-        .col_expr(Column::ClaimedBy, Expr::value(claimant.name.clone()))
-        .col_expr(Column::ClaimUntil, Expr::value(format_utc(until)))
-        .filter(
-            Expr::tuple([
-                Expr::col(Column::TenantId),
-                Expr::col(Column::ServiceCallId),
-            ])
-            .in_subquery(picked),
-        );
-    let claimed = store
-        .relaxed(async {
-            if store.backend.statement_is_transaction() {
-                // No BEGIN and COMMIT round trips on the firing path.
-                return claim.exec_with_returning(&store.db).await;
-            }
-            let txn = store.begin_relaxed().await?;
-            let rows = claim.exec_with_returning(&txn).await?;
-            txn.commit().await?;
-            Ok(rows)
-        })
-        .await?;
-    let mut timers = claimed
-        .into_iter()
-        .map(due_from_model)
-        .collect::<Result<Vec<_>, _>>()?;
-    timers.sort_by_key(|t| t.position());
-    let next_due_at = if timers.len() < limit {
-        next_due_after(store, now).await?
-    } else {
-        None
-    };
-    Ok(DueBatch {
-        timers,
-        next_due_at,
-        server_now: None,
-    })
+    let now = store.now(now);
+    store
+        .backend
+        .claim_due(store, now, after, limit, fence, claimant)
+        .await
 }
 
-/// The earliest `due_at` of any `Scheduled` timer due after `now`.
-async fn next_due_after(
-    store: &Store,
-    now: DateTime<Utc>,
-) -> Result<Option<DateTime<Utc>>, StoreError> {
-    let earliest: Option<Option<String>> = Entity::find()
-        .select_only()
-        .column(Column::DueAt)
-        .filter(Expr::cust(PENDING))
-        .filter(Column::DueAt.gt(format_utc(now)))
-        .order_by_asc(Column::DueAt)
-        .limit(1)
-        .into_tuple()
-        .one(&store.db)
-        .await?;
-    parse_optional_time("due_at", earliest.flatten())
-}
-
-/// See [`Store::mark_reached`]: one statement per `reached_at` (the batches of one claim share
-/// it), so that many small batches cost no more than one large one.
+/// See [`Store::mark_reached`]: the backend's mark, for batches that hold a timer.
 pub(super) async fn mark_reached(
     store: &Store,
     batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
@@ -129,76 +77,7 @@ pub(super) async fn mark_reached(
     if batches.iter().all(|(fired, _)| fired.is_empty()) {
         return Ok(0);
     }
-    if store.postgres() {
-        return super::postgres::firing::mark_reached(store, batches).await;
-    }
-    // Losing a `Reached` mark to a power cut only means the event is published again (the
-    // contract allows duplicates, and the broker drops one inside its window), so this
-    // commit does not wait for an fsync. The next command batch, committed with the
-    // configured level, makes it durable too.
-    let mut by_instant: BTreeMap<DateTime<Utc>, Vec<&DueTimer>> = BTreeMap::new();
-    for (fired, reached_at) in batches {
-        by_instant
-            .entry(*reached_at)
-            .or_default()
-            .extend(fired.iter());
-    }
-    let keys_per_statement = ROWS_PER_STATEMENT;
-    // No BEGIN and COMMIT round trips where one statement is a transaction of its own.
-    let one_statement = store.backend.statement_is_transaction()
-        && by_instant.len() == 1
-        && by_instant
-            .values()
-            .all(|fired| fired.len() <= keys_per_statement);
-    store
-        .relaxed(async {
-            let txn = if one_statement {
-                None
-            } else {
-                Some(store.begin_relaxed().await?)
-            };
-            let mut marked = 0;
-            for (reached_at, mut fired) in by_instant {
-                let reached_text = format_utc(reached_at);
-                // Key order, as for commands: no deadlock with another daemon writing these.
-                fired.sort_by(|a, b| {
-                    (&a.tenant_id, &a.service_call_id).cmp(&(&b.tenant_id, &b.service_call_id))
-                });
-                for chunk in fired.chunks(keys_per_statement) {
-                    let keys = chunk.iter().map(|t| {
-                        (
-                            t.tenant_id.clone(),
-                            t.service_call_id.clone(),
-                            format_utc(t.due_at),
-                        )
-                    });
-                    let mark = Entity::update_many()
-                        .col_expr(Column::State, Expr::value(TimerState::Reached.as_str()))
-                        .col_expr(Column::ReachedAt, Expr::value(reached_text.as_str()))
-                        .col_expr(Column::ClaimedBy, Expr::value(Option::<String>::None))
-                        .col_expr(Column::ClaimUntil, Expr::value(Option::<String>::None))
-                        .filter(Expr::cust(PENDING))
-                        .filter(
-                            Expr::tuple([
-                                Expr::col(Column::TenantId),
-                                Expr::col(Column::ServiceCallId),
-                                Expr::col(Column::DueAt),
-                            ])
-                            .in_tuples(keys),
-                        );
-                    let result = match &txn {
-                        Some(txn) => mark.exec(txn).await?,
-                        None => mark.exec(&store.db).await?,
-                    };
-                    marked += result.rows_affected;
-                }
-            }
-            if let Some(txn) = txn {
-                txn.commit().await?;
-            }
-            Ok(marked)
-        })
-        .await
+    store.backend.mark_reached(store, batches).await
 }
 
 /// Due, pending, after the caller's cursor, and not held by a live claim of another daemon

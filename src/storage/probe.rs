@@ -1,26 +1,23 @@
 //! What the daemon learns of its database's health: the probe (a small write that must
 //! commit, on storage that must still be the one opened and have room) and the count of
 //! pending timers. Also the daemon's hold on its name: the probe's row says which process
-//! holds it (see [`daemons::instance`]).
+//! holds it (see [`daemons::instance`]). Taking a name is the backend's (at once on SQLite,
+//! after watching a recent holder on PostgreSQL); `seen_at` is written by the store's clock.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, ExprTrait, OnConflict, Query, SimpleExpr};
+use sea_orm::sea_query::{Expr, OnConflict, Query};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
 
 use super::entity::Entity;
 use super::{PENDING, Store, StoreError, daemons};
-use crate::domain::timestamp::format_utc;
 
 /// Below this much free space the database counts as failing: a write may still fit in the
 /// WAL's reused pages, but the next batch of timers will not (README, "Storage faults").
 pub const MIN_FREE_BYTES: u64 = 16 * 1024 * 1024;
-
-/// How often a daemon taking a name held by another instance reads its row again.
-const WATCH_STEP: Duration = Duration::from_millis(250);
 
 /// How a daemon came to hold its name (see [`Store::take_name`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +58,7 @@ pub(super) async fn probe(
     store.backend.check_room()?;
     let mine = daemons::instance();
     let written = daemons::Entity::update_many()
-        .col_expr(daemons::Column::SeenAt, now_expr(store, now))
+        .col_expr(daemons::Column::SeenAt, store.backend.clock_now(now))
         .filter(daemons::Column::Name.eq(daemon))
         .filter(daemons::Column::Instance.eq(mine))
         .exec(&store.db)
@@ -88,72 +85,13 @@ pub(super) async fn probe(
     store.backend.check_written()
 }
 
-/// See [`Store::take_name`].
+/// See [`Store::take_name`]: the backend's way.
 pub(super) async fn take_name(
     store: &Store,
     name: &str,
     watch: Duration,
 ) -> Result<NameHold, StoreError> {
-    let taken = NameHold::Taken {
-        waited: Duration::ZERO,
-    };
-    if !store.backend.server_clock() {
-        // One daemon per SQLite file, whose writer lock keeps out any other.
-        let row = daemons::ActiveModel {
-            name: sea_orm::ActiveValue::Set(name.to_owned()),
-            seen_at: sea_orm::ActiveValue::Set(format_utc(Utc::now())),
-            instance: sea_orm::ActiveValue::Set(Some(daemons::instance().to_owned())),
-        };
-        daemons::Entity::insert(row)
-            .on_conflict(
-                OnConflict::column(daemons::Column::Name)
-                    .update_columns([daemons::Column::SeenAt, daemons::Column::Instance])
-                    .to_owned(),
-            )
-            .exec_without_returning(&store.db)
-            .await?;
-        return Ok(taken);
-    }
-    // A few rounds: each ends when the row changed under this one's feet.
-    for _ in 0..3 {
-        let Some(row) = read(store, name, watch).await? else {
-            if insert_if_absent(store, name, Utc::now()).await? {
-                return Ok(taken);
-            }
-            continue;
-        };
-        if row.instance.as_deref() == Some(daemons::instance()) || !row.recent {
-            if replace(store, name, &row).await? {
-                return Ok(taken);
-            }
-            continue;
-        }
-        // Held by another instance that wrote recently: alive if its probe writes again.
-        let started = tokio::time::Instant::now();
-        loop {
-            tokio::time::sleep(WATCH_STEP).await;
-            match read(store, name, watch).await? {
-                None => break,
-                Some(now) if now.instance != row.instance || now.seen_at != row.seen_at => {
-                    return Ok(NameHold::Held {
-                        holder: now.instance.unwrap_or_else(|| "unrecorded".into()),
-                    });
-                }
-                Some(_) if started.elapsed() >= watch => {
-                    if replace(store, name, &row).await? {
-                        return Ok(NameHold::Taken {
-                            waited: started.elapsed(),
-                        });
-                    }
-                    break;
-                }
-                Some(_) => {}
-            }
-        }
-    }
-    Ok(NameHold::Held {
-        holder: holder(store, name).await?,
-    })
+    store.backend.take_name(store, name, watch).await
 }
 
 /// See [`Store::release_name`].
@@ -166,60 +104,8 @@ pub(super) async fn release_name(store: &Store, name: &str) -> Result<(), StoreE
     Ok(())
 }
 
-/// A name's row as a daemon taking it sees it.
-struct Row {
-    instance: Option<String>,
-    seen_at: String,
-    /// Written within the watch by the server's clock: its holder may be alive.
-    recent: bool,
-}
-
-/// The row of `name`, if any (PostgreSQL).
-async fn read(store: &Store, name: &str, watch: Duration) -> Result<Option<Row>, StoreError> {
-    let watch_ms = i64::try_from(watch.as_millis()).unwrap_or(i64::MAX);
-    let recent = Expr::col(daemons::Column::SeenAt).gte(Expr::cust_with_values(
-        super::postgres::SERVER_TIME_BEFORE,
-        [watch_ms],
-    ));
-    let row: Option<(Option<String>, String, bool)> = daemons::Entity::find()
-        .select_only()
-        .column(daemons::Column::Instance)
-        .column(daemons::Column::SeenAt)
-        .column_as(recent, "recent")
-        .filter(daemons::Column::Name.eq(name))
-        .into_tuple()
-        .one(&store.db)
-        .await?;
-    Ok(row.map(|(instance, seen_at, recent)| Row {
-        instance,
-        seen_at,
-        recent,
-    }))
-}
-
-/// Takes the name from the holder `row` names, unless the row changed since it was read.
-async fn replace(store: &Store, name: &str, row: &Row) -> Result<bool, StoreError> {
-    let holder = match &row.instance {
-        Some(instance) => daemons::Column::Instance.eq(instance.as_str()),
-        None => daemons::Column::Instance.is_null(),
-    };
-    let replaced = daemons::Entity::update_many()
-        .col_expr(
-            daemons::Column::Instance,
-            Expr::value(daemons::instance().to_owned()),
-        )
-        .col_expr(daemons::Column::SeenAt, now_expr(store, Utc::now()))
-        .filter(daemons::Column::Name.eq(name))
-        .filter(daemons::Column::SeenAt.eq(row.seen_at.as_str()))
-        .filter(holder)
-        .exec(&store.db)
-        .await?
-        .rows_affected;
-    Ok(replaced == 1)
-}
-
 /// Records the name as this process's if no row holds it; whether it did.
-async fn insert_if_absent(
+pub(super) async fn insert_if_absent(
     store: &Store,
     name: &str,
     now: DateTime<Utc>,
@@ -235,7 +121,7 @@ async fn insert_if_absent(
         .values_panic([
             Expr::value(name.to_owned()),
             Expr::value(daemons::instance().to_owned()),
-            now_expr(store, now),
+            store.backend.clock_now(now),
         ])
         .on_conflict(
             OnConflict::column(daemons::Column::Name)
@@ -247,7 +133,7 @@ async fn insert_if_absent(
 }
 
 /// The instance holding `name`, for messages.
-async fn holder(store: &Store, name: &str) -> Result<String, StoreError> {
+pub(super) async fn holder(store: &Store, name: &str) -> Result<String, StoreError> {
     let instance: Option<Option<String>> = daemons::Entity::find()
         .select_only()
         .column(daemons::Column::Instance)
@@ -258,16 +144,6 @@ async fn holder(store: &Store, name: &str) -> Result<String, StoreError> {
     Ok(instance
         .flatten()
         .unwrap_or_else(|| "unrecorded".to_owned()))
-}
-
-/// Now, for `seen_at`: the database server's clock where daemons share it (their own clocks
-/// may disagree), the daemon's on SQLite.
-fn now_expr(store: &Store, now: DateTime<Utc>) -> SimpleExpr {
-    if store.backend.server_clock() {
-        Expr::cust(super::postgres::SERVER_NOW)
-    } else {
-        Expr::value(format_utc(now))
-    }
 }
 
 /// See [`Store::count_pending`].

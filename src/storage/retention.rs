@@ -11,26 +11,17 @@ use sea_orm::{EntityTrait, Order, QueryFilter};
 use super::entity::{Column, Entity};
 use super::{Store, StoreError};
 use crate::domain::TimerState;
-use crate::domain::timestamp::format_utc;
 
-/// See [`Store::delete_finished`].
+/// See [`Store::delete_finished`]: the cutoff is the backend's, by the clock that stamped
+/// `reached_at`.
 pub(super) async fn delete_finished(
     store: &Store,
     now: DateTime<Utc>,
     keep: Duration,
     limit: usize,
 ) -> Result<u64, StoreError> {
-    let cutoff = if store.server_clock() {
-        let keep_ms = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
-        Expr::cust_with_values(super::postgres::SERVER_TIME_BEFORE, [keep_ms])
-    } else {
-        let Some(cutoff) = chrono::Duration::from_std(keep)
-            .ok()
-            .and_then(|keep| now.checked_sub_signed(keep))
-        else {
-            return Ok(0);
-        };
-        Expr::value(format_utc(cutoff))
+    let Some(cutoff) = store.backend.retention_cutoff(store.now(now), keep) else {
+        return Ok(0);
     };
     store
         .relaxed(async {

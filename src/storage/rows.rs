@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::ActiveValue::Set;
+use sea_orm::QueryResult;
 
 use super::StoreError;
 use super::entity;
@@ -90,5 +91,17 @@ pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreErro
         service_call_id: model.service_call_id,
         correlation_id: model.correlation_id,
         due_at,
+    })
+}
+
+/// A claimed row as a claim statement returns it (`RETURNING tenant_id, service_call_id,
+/// correlation_id, due_at`).
+pub(super) fn due_timer(row: &QueryResult) -> Result<DueTimer, StoreError> {
+    let due_at: String = row.try_get("", "due_at")?;
+    Ok(DueTimer {
+        tenant_id: row.try_get("", "tenant_id")?,
+        service_call_id: row.try_get("", "service_call_id")?,
+        correlation_id: row.try_get("", "correlation_id")?,
+        due_at: parse_time("due_at", &due_at)?,
     })
 }

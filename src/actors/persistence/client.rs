@@ -130,9 +130,13 @@ impl PersistenceClient {
     /// waits for the commit.
     pub async fn apply(&self, commands: Vec<Command>) -> Result<u64, CallError> {
         let rows = commands.len();
-        self.run("apply", Class::Commands, Op::Write, rows, move |store, _| {
-            Box::pin(async move { store.apply(&commands).await })
-        })
+        self.run(
+            "apply",
+            Class::Commands,
+            Op::Write,
+            rows,
+            move |store, _| Box::pin(async move { store.apply(&commands).await }),
+        )
         .await
     }
 
@@ -146,9 +150,13 @@ impl PersistenceClient {
         part: Range<usize>,
     ) -> Result<OneshotReceiver<Result<u64, StoreError>>, CallError> {
         let rows = part.len();
-        self.run_queued("apply", Class::Commands, Op::Write, rows, move |store, _| {
-            Box::pin(async move { store.apply(&commands[part]).await })
-        })
+        self.run_queued(
+            "apply",
+            Class::Commands,
+            Op::Write,
+            rows,
+            move |store, _| Box::pin(async move { store.apply(&commands[part]).await }),
+        )
     }
 
     /// Claims the timers due at `now` (after `after`), up to `limit`, for firing; of this
@@ -161,13 +169,19 @@ impl PersistenceClient {
         limit: usize,
         fence: Option<DateTime<Utc>>,
     ) -> Result<DueBatch, CallError> {
-        self.run("claim_due", Class::Firing, Op::Write, limit, move |store, claimant| {
-            Box::pin(async move {
-                store
-                    .claim_due_fenced(now, after.as_ref(), limit, fence, claimant)
-                    .await
-            })
-        })
+        self.run(
+            "claim_due",
+            Class::Firing,
+            Op::Write,
+            limit,
+            move |store, claimant| {
+                Box::pin(async move {
+                    store
+                        .claim_due_fenced(now, after.as_ref(), limit, fence, claimant)
+                        .await
+                })
+            },
+        )
         .await
     }
 
@@ -181,13 +195,19 @@ impl PersistenceClient {
         limit: usize,
         fence: DateTime<Utc>,
     ) -> Result<FairBatch, CallError> {
-        self.run("claim_fair", Class::Firing, Op::Write, limit, move |store, claimant| {
-            Box::pin(async move {
-                store
-                    .claim_fair(now, &skip, resume_after.as_deref(), limit, fence, claimant)
-                    .await
-            })
-        })
+        self.run(
+            "claim_fair",
+            Class::Firing,
+            Op::Write,
+            limit,
+            move |store, claimant| {
+                Box::pin(async move {
+                    store
+                        .claim_fair(now, &skip, resume_after.as_deref(), limit, fence, claimant)
+                        .await
+                })
+            },
+        )
         .await
     }
 
@@ -197,9 +217,13 @@ impl PersistenceClient {
         batches: Vec<(Arc<[DueTimer]>, DateTime<Utc>)>,
     ) -> Result<u64, CallError> {
         let rows = batches.iter().map(|(fired, _)| fired.len()).sum();
-        self.run("mark_reached", Class::Firing, Op::Write, rows, move |store, _| {
-            Box::pin(async move { store.mark_reached(&batches).await })
-        })
+        self.run(
+            "mark_reached",
+            Class::Firing,
+            Op::Write,
+            rows,
+            move |store, _| Box::pin(async move { store.mark_reached(&batches).await }),
+        )
         .await
     }
 
@@ -209,9 +233,13 @@ impl PersistenceClient {
         service_call_id: &str,
     ) -> Result<Option<Timer>, CallError> {
         let (tenant_id, service_call_id) = (tenant_id.to_owned(), service_call_id.to_owned());
-        self.run("get", Class::tenant_read(&tenant_id), Op::Read, 1, move |store, _| {
-            Box::pin(async move { store.get(&tenant_id, &service_call_id).await })
-        })
+        self.run(
+            "get",
+            Class::tenant_read(&tenant_id),
+            Op::Read,
+            1,
+            move |store, _| Box::pin(async move { store.get(&tenant_id, &service_call_id).await }),
+        )
         .await
     }
 
@@ -222,9 +250,13 @@ impl PersistenceClient {
         limit: usize,
     ) -> Result<ListPage, CallError> {
         let tenant_id = tenant_id.to_owned();
-        self.run("list", Class::tenant_read(&tenant_id), Op::Read, limit, move |store, _| {
-            Box::pin(async move { store.list(&tenant_id, &filter, limit).await })
-        })
+        self.run(
+            "list",
+            Class::tenant_read(&tenant_id),
+            Op::Read,
+            limit,
+            move |store, _| Box::pin(async move { store.list(&tenant_id, &filter, limit).await }),
+        )
         .await
     }
 
@@ -234,9 +266,13 @@ impl PersistenceClient {
         now: DateTime<Utc>,
     ) -> Result<TenantStats, CallError> {
         let tenant_id = tenant_id.to_owned();
-        self.run("stats", Class::tenant_read(&tenant_id), Op::Read, 1, move |store, _| {
-            Box::pin(async move { store.stats(&tenant_id, now).await })
-        })
+        self.run(
+            "stats",
+            Class::tenant_read(&tenant_id),
+            Op::Read,
+            1,
+            move |store, _| Box::pin(async move { store.stats(&tenant_id, now).await }),
+        )
         .await
     }
 
@@ -248,17 +284,25 @@ impl PersistenceClient {
         asked: Vec<(String, Vec<String>)>,
     ) -> Result<HashMap<String, TenantPending>, CallError> {
         let rows = asked.iter().map(|(_, keys)| keys.len()).sum();
-        self.run("pending_of", Class::Commands, Op::Read, rows, move |store, _| {
-            Box::pin(async move { store.pending_of(&asked).await })
-        })
+        self.run(
+            "pending_of",
+            Class::Commands,
+            Op::Read,
+            rows,
+            move |store, _| Box::pin(async move { store.pending_of(&asked).await }),
+        )
         .await
     }
 
     /// Pending timers in all: a read of the daemon's own, on a reader connection.
     pub async fn count_pending(&self) -> Result<u64, CallError> {
-        self.run("count_pending", Class::own_read(), Op::Read, 0, |store, _| {
-            Box::pin(store.count_pending())
-        })
+        self.run(
+            "count_pending",
+            Class::own_read(),
+            Op::Read,
+            0,
+            |store, _| Box::pin(store.count_pending()),
+        )
         .await
     }
 
@@ -270,9 +314,13 @@ impl PersistenceClient {
         now: DateTime<Utc>,
     ) -> Result<PendingCounts, CallError> {
         let tenant_id = tenant_id.to_owned();
-        self.run("pending_counts", Class::own_read(), Op::Read, 1, move |store, _| {
-            Box::pin(async move { store.pending_counts(&tenant_id, now).await })
-        })
+        self.run(
+            "pending_counts",
+            Class::own_read(),
+            Op::Read,
+            1,
+            move |store, _| Box::pin(async move { store.pending_counts(&tenant_id, now).await }),
+        )
         .await
     }
 
@@ -283,17 +331,25 @@ impl PersistenceClient {
         window: ForecastWindow,
     ) -> Result<Vec<ForecastMinute>, CallError> {
         let tenant_id = tenant_id.to_owned();
-        self.run("forecast", Class::tenant_read(&tenant_id), Op::Read, 1, move |store, _| {
-            Box::pin(async move { store.forecast(&tenant_id, &window).await })
-        })
+        self.run(
+            "forecast",
+            Class::tenant_read(&tenant_id),
+            Op::Read,
+            1,
+            move |store, _| Box::pin(async move { store.forecast(&tenant_id, &window).await }),
+        )
         .await
     }
 
     /// The epoch of an incarnation of the command stream, recorded the first time it is met.
     pub async fn command_epoch(&self, stream: StreamIncarnation) -> Result<u32, CallError> {
-        self.run("command_epoch", Class::Commands, Op::Write, 1, move |store, _| {
-            Box::pin(async move { store.command_epoch(&stream, Utc::now()).await })
-        })
+        self.run(
+            "command_epoch",
+            Class::Commands,
+            Op::Write,
+            1,
+            move |store, _| Box::pin(async move { store.command_epoch(&stream, Utc::now()).await }),
+        )
         .await
     }
 
@@ -304,9 +360,13 @@ impl PersistenceClient {
         keep: std::time::Duration,
         limit: usize,
     ) -> Result<u64, CallError> {
-        self.run("delete_finished", Class::Background, Op::Write, limit, move |store, _| {
-            Box::pin(store.delete_finished(now, keep, limit))
-        })
+        self.run(
+            "delete_finished",
+            Class::Background,
+            Op::Write,
+            limit,
+            move |store, _| Box::pin(store.delete_finished(now, keep, limit)),
+        )
         .await
     }
 
@@ -314,9 +374,13 @@ impl PersistenceClient {
     /// complete checkpoint (SQLite), so that the next commit starts the WAL from its beginning.
     /// Does not wait: the outcome shows in the WAL's size at the next checkpoint.
     pub fn catch_up_wal(&self) {
-        let _ = self.run_queued("catch_up_wal", Class::Background, Op::Read, 0, |store, _| {
-            Box::pin(store.catch_up_wal())
-        });
+        let _ = self.run_queued(
+            "catch_up_wal",
+            Class::Background,
+            Op::Read,
+            0,
+            |store, _| Box::pin(store.catch_up_wal()),
+        );
     }
 
     /// Applies one CancelTimer already ordered in the command stream, reporting how it went.

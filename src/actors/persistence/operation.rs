@@ -135,12 +135,15 @@ impl Operation {
             job,
         } = self;
         let limited = matches!(class, Class::Read { limited: true, .. });
-        job.run(worker, Meta {
-            name,
-            kind,
-            rows,
-            limited,
-        })
+        job.run(
+            worker,
+            Meta {
+                name,
+                kind,
+                rows,
+                limited,
+            },
+        )
         .await;
     }
 }

@@ -187,8 +187,14 @@ impl Worker {
         let health = &self.setup.health;
         match failure {
             None => {
-                tracing::debug!(actor = "persistence", lane, operation, rows, elapsed_us,
-                    "transaction done");
+                tracing::debug!(
+                    actor = "persistence",
+                    lane,
+                    operation,
+                    rows,
+                    elapsed_us,
+                    "transaction done"
+                );
                 if meta.kind == Op::Write {
                     health.storage_ok();
                 }

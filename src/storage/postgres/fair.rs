@@ -6,10 +6,10 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
-use super::super::fair::TENANTS_PER_WALK;
-use super::super::{Claimant, DueBatch, Store, StoreError};
 use super::firing::run_claim;
 use crate::domain::timestamp::format_utc;
+use crate::storage::fair::TENANTS_PER_WALK;
+use crate::storage::{Claimant, DueBatch, Store, StoreError};
 
 /// The walk (see `storage::fair`): after `$1`, due by `$2` (NULL: the server's clock), at most
 /// `$3` tenants. PostgreSQL reads a recursive query only as far as its reader asks.
@@ -62,7 +62,7 @@ const CLAIM: &str = concat!(
 );
 
 /// The tenants after `resume_after` holding rows, each with whether a timer of theirs is due.
-pub(in crate::storage) async fn walk(
+pub(super) async fn walk(
     store: &Store,
     callers_now: Option<DateTime<Utc>>,
     resume_after: Option<&str>,
@@ -83,7 +83,7 @@ pub(in crate::storage) async fn walk(
 }
 
 /// Claims up to `share` due timers of each of `tenants`.
-pub(in crate::storage) async fn claim(
+pub(super) async fn claim(
     store: &Store,
     callers_now: Option<DateTime<Utc>>,
     tenants: &[String],

@@ -1,19 +1,16 @@
-//! The firing path on PostgreSQL, where several daemons share the table and their clocks may
-//! disagree: every "is it due" and "has this claim lapsed", and every instant the path stores
-//! (`claim_until`, `reached_at`), is the database server's `statement_timestamp()`, never the
-//! calling daemon's clock (docs/CONTRACT.md §1 and §8). A daemon whose clock runs ahead
-//! therefore cannot fire anything early, and one that runs behind holds nothing back.
+//! The firing path on PostgreSQL, by the server's clock (see `postgres`): a daemon whose
+//! clock runs ahead cannot fire anything early, and one that runs behind holds nothing back.
 //!
 //! Each step is one set-based statement, written as SQL because its shape matters to the
 //! planner (measured in BENCHMARKS.md, "PostgreSQL"):
 //! - the claim locks the next due rows with `FOR UPDATE SKIP LOCKED` through the pending index
-//!   and updates them by `ctid` (a TID scan: no join back to the table, whose plan grew with
-//!   the table's size); it only sets unindexed columns, so with the table's fill factor the
-//!   update is HOT and touches no index. The same statement returns the server's clock and,
-//!   when the batch is not full, when to look again.
+//!   and updates them by `ctid`; the same statement returns the server's clock and, when the
+//!   batch is not full, when to look again.
 //! - the mark takes the keys as arrays (`unnest`), one statement text whatever their number
-//!   (one statement per claim instant), so it is prepared once and planned in constant time;
-//!   each key finds its row by a lateral lookup, and the rows are updated by `ctid`.
+//!   (one statement per claim instant); each key finds its row by a lateral lookup, and the
+//!   rows are updated by `ctid`.
+//!
+//! Both run in a firing transaction ([`FIRING_SETTINGS`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,15 +21,17 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
-use super::super::rows::{parse_optional_time, parse_time};
-use super::super::{Claimant, DueBatch, Store, StoreError};
 use crate::domain::timestamp::format_utc;
 use crate::domain::{DuePosition, DueTimer};
+use crate::storage::rows::{parse_optional_time, parse_time};
+use crate::storage::{Claimant, DueBatch, Store, StoreError};
 
 /// The claim, with `$after` a further condition on the rows picked. `$1` claimant, `$2` lease in
 /// milliseconds, `$3` limit, `$4` the caller's clock (NULL but in tests of the rules, see
 /// `Store::with_callers_clock`), `$5` the fence on the claimant's own claims (NULL: all of
-/// them may be taken again; see `Store::claim_due_fenced`).
+/// them may be taken again; see `Store::claim_due_fenced`). The rows are updated by `ctid` (a
+/// TID scan: a join back to the table had a plan that grew with the table), and only
+/// unindexed columns are set, so with the table's fill factor the update is HOT.
 macro_rules! claim {
     ($after:expr) => {
         concat!(
@@ -76,14 +75,12 @@ const CLAIM_AFTER: &str = claim!("AND (t.due_at, t.tenant_id, t.service_call_id)
 
 /// The mark of the timers claimed at one instant: `$1`–`$3` the keys and claimed `dueAt`s as
 /// arrays, `$4` their `reached_at`. Each key finds its row by the primary key in a lateral
-/// lookup, so the keys are always the outer side of the loop whatever the statistics say (on a
-/// table whose statistics lagged its growth, a join of the keys to the table put the table
-/// outside: a mark of 1,000 keys took 5 to 7 s, every row against every key). The rows are
-/// then updated by their `ctid` alone, so the only way to them is a TID scan (a condition on
-/// `state` let the planner walk the pending index instead, testing each entry against every
-/// key: 2.6 s). A row changed since the lookup is passed over: its `ctid` is another one then.
-/// A row rescheduled since its claim (another `due_at`) is left `Scheduled`, so the new
-/// `dueAt` still fires.
+/// lookup, so the keys stay the outer side of the loop whatever the statistics say (a join
+/// of the keys to the table could put the table outside: seconds for 1,000 keys). The rows
+/// are then updated by `ctid` alone, so the only way to them is a TID scan (a condition on
+/// `state` let the planner walk the pending index instead). A row changed since the lookup
+/// has another `ctid` and is passed over; a row rescheduled since its claim (another
+/// `due_at`) is left `Scheduled`, so the new `dueAt` still fires.
 const MARK: &str = "UPDATE timer_schedules t SET state = 'Reached', reached_at = $4, \
        claimed_by = NULL, claim_until = NULL \
      WHERE t.ctid = ANY (ARRAY( \
@@ -94,19 +91,16 @@ const MARK: &str = "UPDATE timer_schedules t SET state = 'Reached', reached_at =
              AND s.due_at = k.due_at AND s.state = 'Scheduled') x))";
 
 /// For every firing transaction: its commit does not wait for the disk (a lost claim or mark
-/// only means a timer is published again, which the contract allows); and the mark's join to
-/// its keys is a nested loop on the primary key. Left to itself, the planner hashes the whole
-/// table for a few thousand keys while it is small; and with hash and merge joins off but
-/// sequential scans allowed, on a table whose statistics lag its growth it put the table
-/// outside and the keys inside the loop: a mark of 1,000 keys took 5 to 7 s (every row against
-/// every key) and held up every other operation of the daemon.
+/// only means a timer is published again, which the contract allows); and joins are nested
+/// loops on an index, never a hash of the whole table or the table outside the loop over the
+/// keys, which the planner chose on tables whose statistics lagged their growth.
 const FIRING_SETTINGS: &str = "SET LOCAL synchronous_commit = off; \
      SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; \
      SET LOCAL enable_seqscan = off";
 
 /// See [`Store::claim_due`]: by the server's clock, which `DueBatch::server_now` reports
 /// (with `callers_now`, in tests of the rules, by that instead).
-pub(in crate::storage) async fn claim_due(
+pub(super) async fn claim_due(
     store: &Store,
     callers_now: Option<DateTime<Utc>>,
     after: Option<&DuePosition>,
@@ -188,10 +182,10 @@ fn batch_of(rows: Vec<QueryResult>) -> Result<DueBatch, StoreError> {
     })
 }
 
-/// See [`Store::mark_reached`]: one statement for every batch settled, each timer with its
-/// batch's `reached_at` (the claim's instant by the server's clock, see `DueBatch::now`, which
+/// See [`Store::mark_reached`]: one statement per claim instant, each timer with its batch's
+/// `reached_at` (the claim's instant by the server's clock, see `DueBatch::server_now`, which
 /// the event carried too).
-pub(in crate::storage) async fn mark_reached(
+pub(super) async fn mark_reached(
     store: &Store,
     batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
 ) -> Result<u64, StoreError> {

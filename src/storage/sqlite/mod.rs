@@ -1,17 +1,32 @@
-//! The SQLite [`Backend`]: one daemon per file, a connection that rests at `synchronous =
-//! NORMAL` and is raised to the configured level for durable work only, and the checks that
-//! only a file has (its identity at its path, the free space of its disk).
+//! The SQLite [`Backend`]: one daemon per file, with one connection, its only reader and
+//! writer.
+//!
+//! - the clock: the caller's `now` decides what is due and is what the store writes; no other
+//!   daemon's claim exists to wait for, and its own claims from before a restart are its to
+//!   resume (`claimed_by` is its name).
+//! - `firing`: the claim in `dueAt` order and the mark; `fair`: the fair claim's walk and
+//!   shares. SQLite's one writer needs no lock, and one statement is a transaction of its own.
+//! - durability: the connection rests at `synchronous = NORMAL` and is raised to the
+//!   configured level for durable work only.
+//! - the checks only a file has: its identity at its path, the free space of its disk.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, OnConflict, SimpleExpr};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait};
 
-use super::backend::Backend;
+use super::backend::{Backend, Now};
 use super::db::{FileIdentity, SqliteSettings, Synchronous, checkpoint, free_bytes};
 use super::reader::ReadDeadline;
-use super::{MIN_FREE_BYTES, StoreError};
+use super::{Claimant, DueBatch, MIN_FREE_BYTES, NameHold, Store, StoreError, daemons};
+use crate::domain::timestamp::format_utc;
+use crate::domain::{DuePosition, DueTimer};
+
+mod fair;
+mod firing;
 
 /// The file a store writes to and what is checked of it.
 #[derive(Debug)]
@@ -102,13 +117,6 @@ impl Backend for Sqlite {
         true
     }
 
-    /// One daemon per file: its own clock is the clock, no other daemon's claim exists to wait
-    /// for, and its own claims from before a restart are its to resume (`claimed_by` is its
-    /// name).
-    fn server_clock(&self) -> bool {
-        false
-    }
-
     /// Fails when the path no longer names the file this store writes to (removed, or replaced
     /// by another): what was just committed went into a file that is gone.
     fn check_written(&self) -> Result<(), StoreError> {
@@ -149,6 +157,80 @@ impl Backend for Sqlite {
             "WAL caught up"
         );
         Ok(())
+    }
+
+    async fn claim_due(
+        &self,
+        store: &Store,
+        now: Now,
+        after: Option<&DuePosition>,
+        limit: usize,
+        fence: Option<DateTime<Utc>>,
+        claimant: &Claimant,
+    ) -> Result<DueBatch, StoreError> {
+        firing::claim_due(store, now.at, after, limit, fence, claimant).await
+    }
+
+    async fn mark_reached(
+        &self,
+        store: &Store,
+        batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
+    ) -> Result<u64, StoreError> {
+        firing::mark_reached(store, batches).await
+    }
+
+    async fn walk_tenants(
+        &self,
+        store: &Store,
+        now: Now,
+        resume_after: Option<&str>,
+    ) -> Result<Vec<(String, bool)>, StoreError> {
+        fair::walk(store, now.at, resume_after).await
+    }
+
+    async fn claim_shares(
+        &self,
+        store: &Store,
+        now: Now,
+        tenants: &[String],
+        share: usize,
+        fence: DateTime<Utc>,
+        claimant: &Claimant,
+    ) -> Result<DueBatch, StoreError> {
+        fair::claim(store, now.at, tenants, share, fence, claimant).await
+    }
+
+    fn clock_now(&self, now: DateTime<Utc>) -> SimpleExpr {
+        Expr::value(format_utc(now))
+    }
+
+    fn retention_cutoff(&self, now: Now, keep: Duration) -> Option<SimpleExpr> {
+        now.before(keep)
+    }
+
+    /// At once: the file's writer lock keeps out any other daemon.
+    async fn take_name(
+        &self,
+        store: &Store,
+        name: &str,
+        _watch: Duration,
+    ) -> Result<NameHold, StoreError> {
+        let row = daemons::ActiveModel {
+            name: sea_orm::ActiveValue::Set(name.to_owned()),
+            seen_at: sea_orm::ActiveValue::Set(format_utc(Utc::now())),
+            instance: sea_orm::ActiveValue::Set(Some(daemons::instance().to_owned())),
+        };
+        daemons::Entity::insert(row)
+            .on_conflict(
+                OnConflict::column(daemons::Column::Name)
+                    .update_columns([daemons::Column::SeenAt, daemons::Column::Instance])
+                    .to_owned(),
+            )
+            .exec_without_returning(&store.db)
+            .await?;
+        Ok(NameHold::Taken {
+            waited: Duration::ZERO,
+        })
     }
 
     /// The deadline the reader's progress handler watches; nothing on the writer.
