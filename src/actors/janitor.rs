@@ -2,16 +2,16 @@
 //! `keep_finished` ago (docs/CONTRACT.md §7), so the database does not grow with every timer ever
 //! fired.
 //!
-//! Deletes go through Persistence like every write, in batches of [`BATCH`] rows, one short
-//! transaction each and one message at a time, with a [`PAUSE`] between two: whatever the
-//! Poller or the CommandHandler sends meanwhile is served first, so a backlog of a million
-//! finished rows never holds the writer for longer than one batch (a few milliseconds) and
-//! leaves it idle most of the time. A sweep runs every [`INTERVAL`] and goes on batch after
-//! batch while a batch comes back full. A failed batch (storage failing) waits for the next
-//! sweep; the Janitor itself never fails over it.
+//! Deletes go through Persistence like every write, as background work that every other
+//! operation of the writer goes before, in small steps: one short transaction each, one
+//! message at a time, with a [`PAUSE`] between two. A step is sized to hold the writer about
+//! [`STEP_TARGET`] ([`Step`]): a due timer's claim waits at most for the one step running, and
+//! a backlog of a million finished rows is worked off without moving firing's lateness. A
+//! sweep runs every [`INTERVAL`] and goes on step after step while a step comes back full. A
+//! failed step (storage failing) waits for the next sweep; the Janitor never fails over it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -19,14 +19,19 @@ use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::ports::Clock;
 
-/// Finished rows deleted per transaction: small enough that firing never waits long behind a
-/// batch when their keys are scattered over the indexes, as real ids are.
-pub const BATCH: usize = 100;
-/// Between two batches of a sweep: the writer is the Poller's and the CommandHandler's first,
-/// and the disk too. A deleted row writes much WAL (it touches pages all over the primary key
-/// and the correlation index), and a shorter pause let checkpoints delay commits; this pace
-/// still deletes about twice what a service firing 1,000 timers/s leaves behind.
-pub const PAUSE: Duration = Duration::from_millis(40);
+/// How long one step may hold the writer: a claim that arrives meanwhile waits that long at
+/// most. A row whose keys are scattered over the indexes (as real ids are) costs tens of
+/// microseconds to delete.
+pub const STEP_TARGET: Duration = Duration::from_millis(2);
+/// Rows the first step of a sweep deletes, and the bounds of later steps.
+pub const FIRST_STEP: usize = 25;
+pub const MIN_STEP: usize = 5;
+pub const MAX_STEP: usize = 500;
+/// Between two steps of a sweep: the writer is the Poller's and the CommandHandler's first,
+/// and the disk too (a deleted row writes much WAL: it touches pages all over the primary key
+/// and the correlation index). At this pace a sweep still deletes well above what a service
+/// firing 1,000 timers/s leaves behind.
+pub const PAUSE: Duration = Duration::from_millis(10);
 /// Time between sweeps.
 pub const INTERVAL: Duration = Duration::from_secs(60);
 
@@ -47,6 +52,7 @@ pub struct JanitorArgs {
 
 pub struct JanitorState {
     args: JanitorArgs,
+    step: Step,
     /// Rows deleted in the sweep under way.
     swept: u64,
     /// A sweep is under way (its next batch is planned): the interval starts no second one,
@@ -73,6 +79,7 @@ impl Actor for Janitor {
     ) -> Result<JanitorState, ActorProcessingErr> {
         Ok(JanitorState {
             args,
+            step: Step::default(),
             swept: 0,
             sweeping: false,
         })
@@ -107,17 +114,20 @@ impl Actor for Janitor {
             JanitorMsg::Sweep | JanitorMsg::Continue => {
                 state.sweeping = false;
                 let keep = state.args.keep_finished;
+                let rows = state.step.rows();
+                let started = Instant::now();
                 match state
                     .args
                     .registry
                     .persistence()
-                    .delete_finished(state.args.clock.now(), keep, BATCH)
+                    .delete_finished(state.args.clock.now(), keep, rows)
                     .await
                 {
                     Ok(deleted) => {
+                        state.step.took(started.elapsed());
                         metrics::counter!(crate::telemetry::RETENTION_DELETED).increment(deleted);
                         state.swept += deleted;
-                        if deleted as usize >= BATCH {
+                        if deleted as usize >= rows {
                             state.sweeping = true;
                             myself.send_after(PAUSE, || JanitorMsg::Continue);
                         } else if state.swept > 0 {
@@ -135,5 +145,51 @@ impl Actor for Janitor {
             }
         }
         Ok(())
+    }
+}
+
+/// The rows of the next step: fewer while steps take longer than [`STEP_TARGET`] (scattered
+/// keys, a busy disk, the writer busy with firing), more while they take under half of it.
+#[derive(Debug, Clone, Copy)]
+pub struct Step(usize);
+
+impl Default for Step {
+    fn default() -> Self {
+        Self(FIRST_STEP)
+    }
+}
+
+impl Step {
+    pub fn rows(self) -> usize {
+        self.0
+    }
+
+    /// The last step took `took`, from the request to the answer.
+    pub fn took(&mut self, took: Duration) {
+        if took > STEP_TARGET {
+            self.0 = (self.0 * 3 / 4).max(MIN_STEP);
+        } else if took < STEP_TARGET / 2 {
+            self.0 = (self.0 + self.0 / 4 + 1).min(MAX_STEP);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_shrink_while_slow_and_grow_while_quick() {
+        let mut step = Step::default();
+        for _ in 0..20 {
+            step.took(Duration::from_millis(10));
+        }
+        assert_eq!(step.rows(), MIN_STEP);
+        step.took(STEP_TARGET * 3 / 4);
+        assert_eq!(step.rows(), MIN_STEP, "near the target it stays");
+        for _ in 0..50 {
+            step.took(Duration::from_micros(100));
+        }
+        assert_eq!(step.rows(), MAX_STEP);
     }
 }
