@@ -34,8 +34,9 @@ mod worker;
 pub use client::{CallError, PersistenceClient};
 use lanes::Lane;
 pub use lanes::{LaneSpec, layout};
-pub use operation::{Class, Op, Operation, Rank, Work};
+pub use operation::{Class, Operation, Rank};
 use worker::Worker;
+pub use worker::{Op, Work};
 
 /// How often the watchdog brings the health's write proof up to date.
 const WATCHDOG_INTERVAL: Duration = Duration::from_millis(250);

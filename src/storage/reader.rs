@@ -5,13 +5,12 @@
 //! per statement) and fails as [`StoreError::TooLong`], so what one read costs is bounded
 //! however many timers a tenant holds.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::db::{DatabaseTarget, connect_with, open_sqlite_reader};
 use super::postgres::Postgres;
-use super::sqlite::Sqlite;
+use super::sqlite::{ReadDeadline, Sqlite};
 use super::{PostgresSettings, Store, StoreError};
 
 impl Store {
@@ -63,33 +62,4 @@ impl Store {
             }
         })
     }
-}
-
-/// When a SQLite reader's current read must stop: set by [`Store::read_within`], read by the
-/// connection's progress handler, which interrupts the statement once it has passed.
-#[derive(Debug, Default)]
-pub(crate) struct ReadDeadline {
-    /// Microseconds after [`epoch`]; 0 for none.
-    at: AtomicU64,
-}
-
-impl ReadDeadline {
-    pub(crate) fn set(&self, limit: Option<Duration>) {
-        let at = limit.map_or(0, |limit| {
-            let at = (Instant::now() + limit).duration_since(epoch());
-            u64::try_from(at.as_micros()).unwrap_or(u64::MAX).max(1)
-        });
-        self.at.store(at, Ordering::Release);
-    }
-
-    fn passed(&self) -> bool {
-        let at = self.at.load(Ordering::Acquire);
-        at != 0 && epoch().elapsed().as_micros() >= u128::from(at)
-    }
-}
-
-/// The instant deadlines are counted from.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
 }

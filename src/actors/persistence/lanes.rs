@@ -207,7 +207,7 @@ impl Lane {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actors::persistence::operation::Op;
+    use crate::actors::persistence::worker::Op;
 
     fn operation(name: &'static str, class: Class) -> Operation {
         let (reply, _) = ractor::concurrency::oneshot();

@@ -7,8 +7,8 @@ use std::any::Any;
 use futures::future::BoxFuture;
 use ractor::RpcReplyPort;
 
-use super::worker::Worker;
-use crate::storage::{Claimant, Store, StoreError};
+use super::worker::{Meta, Op, Work, Worker};
+use crate::storage::StoreError;
 
 /// Which kind of work an operation is. A lane serves its classes in this order of priority: a
 /// due timer's claim or mark never waits behind a queued command commit, a read or a retention
@@ -77,19 +77,7 @@ pub enum Rank {
     Read,
 }
 
-/// Whether an operation writes: only a committed write proves that storage works again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Read,
-    Write,
-}
-
 pub(super) type Reply<T> = RpcReplyPort<Result<T, StoreError>>;
-
-/// The work of one operation: what it does with the store (and this daemon's claimant),
-/// borrowing them for the time of one transaction.
-pub type Work<T> =
-    Box<dyn for<'s> FnOnce(&'s Store, &'s Claimant) -> BoxFuture<'s, Result<T, StoreError>> + Send>;
 
 /// One operation sent to Persistence: its name, class, whether it writes and how many rows it
 /// concerns (for its log line and the health), and the work with its reply.
@@ -146,16 +134,6 @@ impl Operation {
         )
         .await;
     }
-}
-
-/// What a worker needs to know of an operation besides its work.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Meta {
-    pub name: &'static str,
-    pub kind: Op,
-    pub rows: usize,
-    /// Stopped past the read time limit.
-    pub limited: bool,
 }
 
 /// An operation with its result type erased, so that one message carries any of them.

@@ -13,11 +13,34 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::operation::{Meta, Op, Work};
+use futures::future::BoxFuture;
+
 use super::{ABANDON_CLOSE_TIMEOUT, PROBE, Setup};
 use crate::health::PROBE_TIMEOUT;
 use crate::storage::db::DatabaseTarget;
-use crate::storage::{Store, StoreError};
+use crate::storage::{Claimant, Store, StoreError};
+
+/// Whether an operation writes: only a committed write proves that storage works again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+}
+
+/// The work of one operation: what it does with the store (and this daemon's claimant),
+/// borrowing them for the time of one transaction.
+pub type Work<T> =
+    Box<dyn for<'s> FnOnce(&'s Store, &'s Claimant) -> BoxFuture<'s, Result<T, StoreError>> + Send>;
+
+/// What a worker needs to know of an operation besides its work.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Meta {
+    pub name: &'static str,
+    pub kind: Op,
+    pub rows: usize,
+    /// Stopped past the read time limit.
+    pub limited: bool,
+}
 
 /// How long operations are answered "unavailable" at once, on PostgreSQL, after the database
 /// could not be reached.

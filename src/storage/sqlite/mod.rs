@@ -20,13 +20,15 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, E
 
 use super::backend::{Backend, Now};
 use super::db::{FileIdentity, SqliteSettings, Synchronous, checkpoint, free_bytes};
-use super::reader::ReadDeadline;
 use super::{Claimant, DueBatch, MIN_FREE_BYTES, NameHold, Store, StoreError, daemons};
 use crate::domain::timestamp::format_utc;
 use crate::domain::{DuePosition, DueTimer};
 
 mod fair;
 mod firing;
+mod read_deadline;
+
+pub(crate) use read_deadline::ReadDeadline;
 
 /// The file a store writes to and what is checked of it.
 #[derive(Debug)]
