@@ -506,6 +506,8 @@ fn the_dashboard_queries_only_metrics_the_daemon_exports() {
         TENANT_FIRED,
         TENANT_FIRE_LATENESS,
         TENANT_REJECTED,
+        DATABASE_QUEUE_DEPTH,
+        DATABASE_WAIT,
     ];
     let mut exprs: Vec<&str> = Vec::new();
     for panel in dashboard["panels"].as_array().unwrap() {
