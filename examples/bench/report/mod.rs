@@ -1,7 +1,9 @@
 //! The Markdown report: medians (with the range across runs) of every figure collected, the
 //! targets each is measured against, and where the CPU went. `postgres` writes the PostgreSQL
-//! figures, `tenants` one tenant's load beside another's.
+//! figures, `tenants` one tenant's load beside another's, `baseline` each compared figure beside
+//! the `--baseline` build's.
 
+mod baseline;
 mod postgres;
 mod tenants;
 
@@ -350,10 +352,25 @@ pub fn report(args: &Args, f: &Figures) -> String {
             ),
             (api_note, "cost.api"),
             (janitor_note, "cost.janitor"),
+            (
+                "metrics on, the Janitor's run without its backlog".to_owned(),
+                "cost.plain",
+            ),
         ] {
             if let Some(row) = lateness_row(f, &name, key) {
                 let _ = writeln!(r, "{row}");
             }
+        }
+        if let (Some(with), Some(without)) = (
+            lateness_stat(f, "cost.janitor", |l| l.p99),
+            lateness_stat(f, "cost.plain", |l| l.p99),
+        ) {
+            let _ = writeln!(
+                r,
+                "\nThe Janitor's backlog adds {:.2} ms to the p99 ({with:.2} against {without:.2} ms \
+                 on an empty database, the same daemon and load).",
+                with - without
+            );
         }
         let _ = writeln!(
             r,
@@ -450,6 +467,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
     }
 
     tenants::tenants(&mut r, args, f);
+    baseline::beside(&mut r, args, f);
 
     if let Some(metrics) = &f.metrics_sample {
         let _ = writeln!(

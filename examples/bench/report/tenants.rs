@@ -4,12 +4,14 @@
 use std::fmt::Write as _;
 
 use super::{lateness_row, lateness_stat, median, show, verdict};
+use crate::sections::BASELINE;
 use crate::{Args, Figures};
 
-/// The tenants section: the noisy neighbour and a steady load over 50 tenants, for this build
-/// and, with `--baseline`, the earlier one measured beside it.
+/// Each build with the prefix of its keys and its label in the tables.
+const BUILDS: [(&str, &str); 2] = [("", "new"), (BASELINE, "old")];
+
 pub(super) fn tenants(r: &mut String, args: &Args, f: &Figures) {
-    if !f.lateness.keys().any(|k| k.starts_with("tenants.")) {
+    if !f.lateness.keys().any(|k| k.contains("tenants.")) {
         return;
     }
     let _ = writeln!(r, "\n## Tenants\n");
@@ -31,8 +33,8 @@ pub(super) fn tenants(r: &mut String, args: &Args, f: &Figures) {
         ("pg", format!("PostgreSQL, {most} daemons")),
     ];
     for (store, name) in &stores {
-        for label in ["new", "old"] {
-            let key = format!("tenants.noisy.{store}.{label}");
+        for (prefix, label) in BUILDS {
+            let key = format!("{prefix}tenants.noisy.{store}");
             if let Some(row) = lateness_row(f, &format!("{label}, {name}"), &key) {
                 let drain = show(f, &format!("{key}.drain"), 2);
                 let _ = writeln!(r, "{row} {drain} |");
@@ -41,7 +43,7 @@ pub(super) fn tenants(r: &mut String, args: &Args, f: &Figures) {
     }
     let _ = writeln!(r, "\n| target | result | |\n| --- | --- | --- |");
     for (store, name) in &stores {
-        let key = format!("tenants.noisy.{store}.new");
+        let key = format!("tenants.noisy.{store}");
         let (Some(p99), Some(max)) = (
             lateness_stat(f, &key, |l| l.p99),
             lateness_stat(f, &key, |l| l.max),
@@ -55,7 +57,7 @@ pub(super) fn tenants(r: &mut String, args: &Args, f: &Figures) {
         );
         if let (Some(new), Some(old)) = (
             median(f, &format!("{key}.drain")),
-            median(f, &format!("tenants.noisy.{store}.old.drain")),
+            median(f, &format!("{BASELINE}{key}.drain")),
         ) {
             let _ = writeln!(
                 r,
@@ -71,8 +73,8 @@ pub(super) fn tenants(r: &mut String, args: &Args, f: &Figures) {
         "\nSteady {rate}/s over 50 tenants, SQLite, 1 daemon (ms):\n\n\
          | build | p50 | p99 | p99.9 | max | early | missing |\n| --- | --- | --- | --- | --- | --- | --- |"
     );
-    for label in ["new", "old"] {
-        if let Some(row) = lateness_row(f, label, &format!("tenants.steady50.{label}")) {
+    for (prefix, label) in BUILDS {
+        if let Some(row) = lateness_row(f, label, &format!("{prefix}tenants.steady50")) {
             let _ = writeln!(r, "{row}");
         }
     }
