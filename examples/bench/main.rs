@@ -1,8 +1,8 @@
 //! Benchmark of timer-service: raw broker and database limits, then the daemon's ingest, fire
 //! and lateness figures (over a sweep of batch sizes, at two rates, with the new parts running,
 //! at scale, on PostgreSQL with several daemons), the API's request rate, restart catch-up, one
-//! tenant's burst beside another's timers, and the broker's native scheduler as the comparison
-//! point — in one run, each figure the median of several runs. With
+//! tenant's load beside another's (a burst, heavy reads), and the broker's native scheduler as
+//! the comparison point — in one run, each figure the median of several runs. With
 //! `--baseline`, the figures the targets compare with the previous version are measured for
 //! that build too, alternately with this one. Prints a Markdown report and writes it, with a
 //! lateness plot, to `--out`.
@@ -12,7 +12,7 @@
 //! cargo run --release --example bench -- --runs 3 --scales 1000000,10000000 \
 //!     --database postgres://postgres@127.0.0.1:5432/postgres --daemons 1,2,3
 //! cargo run --release --example bench -- --only sweep,lateness --runs 1   # some sections
-//! cargo run --release --example bench -- --only tenants --baseline ../main/target/release/timer-service
+//! cargo run --release --example bench -- --only reads --baseline ../main/target/release/timer-service
 //! ```
 //!
 //! Every workload gets a fresh `nats-server` (`NATS_SERVER_BIN`, else `PATH`; use
@@ -52,7 +52,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
     "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
-    "tenants",
+    "tenants", "reads",
 ];
 
 #[derive(Debug, Parser)]
@@ -108,7 +108,7 @@ pub struct Args {
     #[arg(long, default_value = "FULL")]
     pub synchronous: String,
     /// Only these sections (comma-separated: raw, sweep, lateness, costs, api, native, scale,
-    /// catch-up, postgres, tenants).
+    /// catch-up, postgres, tenants, reads).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).
@@ -117,9 +117,18 @@ pub struct Args {
     /// Timers due at one instant for the noisy tenant of the tenants section.
     #[arg(long, default_value_t = 100_000)]
     pub noisy_n: usize,
+    /// Pending timers of tenant `whale` in the heavy-read workload (reads), due over a day.
+    #[arg(long, default_value_t = 300_000)]
+    pub whale_n: u64,
+    /// How long the whale's heavy reads last, seconds.
+    #[arg(long, default_value_t = 20)]
+    pub reads_secs: u32,
+    /// The whale's concurrent requesters, each asking again as soon as it is answered.
+    #[arg(long, default_value_t = 32)]
+    pub reads_requesters: usize,
     /// Another build of `timer-service` (an earlier version), measured alternately with this one
-    /// within each run in every figure a target compares with it: the noisy neighbour, the
-    /// steady loads (SQLite; PostgreSQL with 1–3 daemons), ingest and fire at the
+    /// within each run in every figure a target compares with it: the heavy reads, the noisy
+    /// neighbour, the steady loads (SQLite; PostgreSQL with 1–3 daemons), ingest and fire at the
     /// default batch and at `batch_size = 1000`, and lateness beside the Janitor's backlog.
     #[arg(long)]
     pub baseline: Option<PathBuf>,

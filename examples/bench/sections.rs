@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::daemon::Settings;
-use crate::workloads::{self, Load};
+use crate::workloads::{self, Load, ReadsShape};
 use crate::world::{Backend, Base, World};
 use crate::{Args, DEFAULT_BATCH, Figures, TUNED_BATCH};
 
@@ -175,6 +175,9 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
     }
     if args.wants("tenants") {
         tenants(ctx, f).await;
+    }
+    if args.wants("reads") {
+        reads(ctx, f).await;
     }
 }
 
@@ -440,5 +443,47 @@ async fn tenants(ctx: &Ctx<'_>, f: &mut Figures) {
         let name = format!("tenants50-{label}");
         let late = ctx.steady(&name, &ctx.sqlite, rate, &daemons, load).await;
         f.late(&build.key("tenants.steady50"), late);
+    }
+}
+
+/// The heavy-read neighbour on SQLite (one daemon) and on PostgreSQL with the most daemons, for
+/// each build.
+async fn reads(ctx: &Ctx<'_>, f: &mut Figures) {
+    let args = ctx.args;
+    let shape = ReadsShape {
+        secs: args.reads_secs,
+        requesters: args.reads_requesters,
+    };
+    let mut stores = vec![("sqlite", &ctx.sqlite, 1)];
+    if let Some(pg) = &ctx.postgres {
+        stores.push(("pg", pg, ctx.most()));
+    }
+    for (tag, backend, daemons) in stores {
+        // Built at each run: its timers are due from the hour after next.
+        let base = backend.whale_base(ctx.cache, args.whale_n).await;
+        for build in &ctx.builds {
+            let label = build.label;
+            eprintln!(
+                "heavy reads ({label}): {}, {daemons} daemon(s)",
+                backend.label()
+            );
+            let w = ctx
+                .world(&format!("reads-{tag}-{label}"), backend, Some(&base))
+                .await;
+            let running = build.runs(ctx.many(daemons));
+            let reads = workloads::reads(&w, &running, shape).await;
+            let key = build.key(&format!("reads.{tag}"));
+            for (what, n) in [
+                ("200", reads.ok),
+                ("503", reads.unavailable),
+                ("other", reads.other),
+                ("unanswered", reads.unanswered),
+                ("readyz_polls", reads.readyz_polls),
+                ("readyz_not_ok", reads.readyz_not_ok),
+            ] {
+                f.rate(format!("{key}.{what}"), n as f64);
+            }
+            f.late(&key, reads.small);
+        }
     }
 }

@@ -69,6 +69,28 @@ fn rows(args: &Args) -> Vec<(String, Figure, usize)> {
     ];
     let mut rows = Vec::new();
     for (tag, store) in &stores {
+        let key = format!("reads.{tag}");
+        let what = format!("heavy reads, {store}");
+        rows.push((format!("{what}: `small` p50 (ms)"), p50(&key), 2));
+        rows.push((format!("{what}: `small` p99 (ms)"), p99(&key), 2));
+        rows.push((format!("{what}: `small` max (ms)"), max(&key), 2));
+        rows.push((
+            format!("{what}: whale's requests answered 200"),
+            rate(format!("{key}.200")),
+            0,
+        ));
+        rows.push((
+            format!("{what}: answered 503"),
+            rate(format!("{key}.503")),
+            0,
+        ));
+        rows.push((
+            format!("{what}: `/readyz` not 200"),
+            rate(format!("{key}.readyz_not_ok")),
+            0,
+        ));
+    }
+    for (tag, store) in &stores {
         let key = format!("tenants.noisy.{tag}");
         let what = format!("noisy neighbour, {store}");
         rows.push((format!("{what}: `small` p99 (ms)"), p99(&key), 2));

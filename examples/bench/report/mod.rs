@@ -467,6 +467,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
     }
 
     tenants::tenants(&mut r, args, f);
+    tenants::reads(&mut r, args, f);
     baseline::beside(&mut r, args, f);
 
     if let Some(metrics) = &f.metrics_sample {

@@ -7,7 +7,7 @@
 //! - `steady`: a steady load of timers and their lateness, alone or with something beside it
 //!   (API requests, scraping, retention), and the broker's own scheduler on the same load;
 //! - `api`: the query API's request rate;
-//! - `tenants`: one tenant's load beside another's timers (a burst due at once).
+//! - `tenants`: one tenant's load beside another's timers (a burst due at once, heavy reads).
 //!
 //! This module holds what they share: starting and stopping the daemons, publishing a steady
 //! stream of timers, and collecting the lateness of their events.
@@ -20,7 +20,7 @@ mod tenants;
 pub use api::api_throughput;
 pub use backlog::{Failure, catch_up, failover, fire, ingest};
 pub use steady::{LatenessRun, Load, lateness, native_lateness, retention_under_load};
-pub use tenants::noisy;
+pub use tenants::{ReadsShape, noisy, reads};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
