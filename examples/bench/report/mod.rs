@@ -211,37 +211,39 @@ pub fn report(args: &Args, f: &Figures) -> String {
         verdict(early == 0 && missing == 0)
     );
 
-    let _ = writeln!(
-        r,
-        "\n## Raw limits (same broker build, same disk, no daemon)\n"
-    );
-    let _ = writeln!(r, "| operation | per second |\n| --- | --- |");
-    let _ = writeln!(
-        r,
-        "| JetStream pull (batch 1000) + ack each | {} |",
-        show(f, "raw.consume", 0)
-    );
-    for window in [1000, 4000] {
+    if f.rates.keys().any(|k| k.starts_with("raw.")) {
         let _ = writeln!(
             r,
-            "| JetStream publish + PubAck with Nats-Msg-Id, {window} in flight | {} |",
-            show(f, &format!("raw.publish.{window}"), 0)
+            "\n## Raw limits (same broker build, same disk, no daemon)\n"
         );
-    }
-    for backend in ["SQLite", "PostgreSQL"] {
-        for batch in &batches {
-            let up = format!("raw.upsert.{backend}.{batch}");
-            if f.rates.contains_key(&up) {
-                let _ = writeln!(
-                    r,
-                    "| {backend} upsert, {batch}-row batches (the service's store) | {} |",
-                    show(f, &up, 0)
-                );
-                let _ = writeln!(
-                    r,
-                    "| {backend} claim due + mark Reached, {batch}-row batches | {} |",
-                    show(f, &format!("raw.mark.{backend}.{batch}"), 0)
-                );
+        let _ = writeln!(r, "| operation | per second |\n| --- | --- |");
+        let _ = writeln!(
+            r,
+            "| JetStream pull (batch 1000) + ack each | {} |",
+            show(f, "raw.consume", 0)
+        );
+        for window in [1000, 4000] {
+            let _ = writeln!(
+                r,
+                "| JetStream publish + PubAck with Nats-Msg-Id, {window} in flight | {} |",
+                show(f, &format!("raw.publish.{window}"), 0)
+            );
+        }
+        for backend in ["SQLite", "PostgreSQL"] {
+            for batch in &batches {
+                let up = format!("raw.upsert.{backend}.{batch}");
+                if f.rates.contains_key(&up) {
+                    let _ = writeln!(
+                        r,
+                        "| {backend} upsert, {batch}-row batches (the service's store) | {} |",
+                        show(f, &up, 0)
+                    );
+                    let _ = writeln!(
+                        r,
+                        "| {backend} claim due + mark Reached, {batch}-row batches | {} |",
+                        show(f, &format!("raw.mark.{backend}.{batch}"), 0)
+                    );
+                }
             }
         }
     }
