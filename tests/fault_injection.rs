@@ -3,7 +3,7 @@
 //! a checker judging the recorded history against the contract's invariants (the module docs
 //! of `fault::checker` list them). The real binary, a real nats-server and a real database.
 //!
-//! A short run (one pass over every fault, about a minute and a half) is an ordinary test; the
+//! A short run (one pass over every fault, about two minutes) is an ordinary test; the
 //! long run repeats the passes for `FAULT_SUITE_SECONDS`:
 //!
 //! ```sh

@@ -54,6 +54,68 @@ impl Backend {
         .await
     }
 
+    /// A base holding `n` pending timers of tenant `whale`, due evenly over the 24 h from the
+    /// start of the hour after next (so every minute of a day's forecast from now has work, all
+    /// but its first hour or two, and none falls due during a workload). Cached for the hour it
+    /// was built in; the bases of earlier hours are removed.
+    pub async fn whale_base(&self, cache: &Path, n: u64) -> Base {
+        use chrono::{DurationRound, TimeDelta};
+        let hour = chrono::Utc::now()
+            .duration_trunc(TimeDelta::hours(1))
+            .expect("the hour");
+        let first_due = hour + TimeDelta::hours(2);
+        let prefix = format!("whale_{n}_");
+        let name = format!("{prefix}{}", hour.format("%Y%m%d%H"));
+        self.forget_bases(cache, &prefix, &name).await;
+        let step_ms = (TimeDelta::days(1).num_milliseconds() / n.max(1) as i64).max(1);
+        self.base(cache, &name, |observer| async move {
+            observer.prefill(n, "whale", first_due, step_ms, None).await;
+        })
+        .await
+    }
+
+    /// Removes the cached bases whose names start with `prefix`, except `keep`.
+    async fn forget_bases(&self, cache: &Path, prefix: &str, keep: &str) {
+        match self {
+            Backend::Sqlite => {
+                let Ok(entries) = std::fs::read_dir(cache) else {
+                    return;
+                };
+                for entry in entries.flatten() {
+                    let file = entry.file_name().to_string_lossy().into_owned();
+                    if file.starts_with(prefix) && !file.starts_with(&format!("{keep}.")) {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
+                }
+            }
+            Backend::Postgres { admin } => {
+                let db = sea_orm::Database::connect(admin.as_str())
+                    .await
+                    .expect("PostgreSQL");
+                let rows = db
+                    .query_all_raw(sea_orm::Statement::from_string(
+                        db.get_database_backend(),
+                        "SELECT datname FROM pg_database",
+                    ))
+                    .await
+                    .expect("query");
+                db.close().await.expect("close");
+                let (prefix, keep) = (
+                    format!("timer_bench_base_{prefix}"),
+                    format!("timer_bench_base_{keep}"),
+                );
+                for row in rows {
+                    let Ok(name) = row.try_get_by_index::<String>(0) else {
+                        continue;
+                    };
+                    if name.starts_with(&prefix) && name != keep {
+                        Self::admin(admin, &format!("DROP DATABASE IF EXISTS {name}")).await;
+                    }
+                }
+            }
+        }
+    }
+
     /// A base built by `fill` on a migrated database, cached under `name`.
     pub async fn base<F, Fut>(&self, cache: &Path, name: &str, fill: F) -> Base
     where

@@ -14,7 +14,7 @@ mod support;
 pub use nats_server::{NatsServer, free_port};
 pub use postgres_cluster::PostgresCluster;
 pub use small_disk::SmallDisk;
-pub use support::{http_get, metric, millis, rfc3339};
+pub use support::{http_get, metric, millis, prefill_sql, rfc3339};
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -37,3 +37,59 @@ pub fn metric(exposition: &str, series: &str) -> Option<f64> {
         (name == series).then(|| value.parse().ok())?
     })
 }
+
+/// One statement adding `n` timers of `tenant` to `timer_schedules` (SQLite, or PostgreSQL when
+/// `postgres`), the first due at `first_ms` (ms since the epoch) and each next one `step_ms`
+/// later: `Scheduled`, or `Reached` at `reached_at` when given. Fills a database before a daemon
+/// works on it, much faster than commands would.
+pub fn prefill_sql(
+    postgres: bool,
+    n: u64,
+    tenant: &str,
+    first_ms: i64,
+    step_ms: i64,
+    reached_at: Option<&str>,
+) -> String {
+    let (state, reached) = match reached_at {
+        Some(at) => ("Reached", format!("'{at}'")),
+        None => ("Scheduled", "NULL".into()),
+    };
+    // Finished rows are deleted oldest first; their keys, like real service call ids, are in
+    // no relation to that order (an odd multiplier modulo 2^32 is a bijection), so each
+    // delete lands on index pages all over the file as it does in production. Pending
+    // rows keep keys in due order.
+    let scatter = |open: &str, close: &str, odd: u64| {
+        if reached_at.is_some() {
+            format!("{open}(x * {odd}) % 4294967296{close}")
+        } else {
+            "x".to_owned()
+        }
+    };
+    if postgres {
+        format!(
+            "INSERT INTO timer_schedules
+               (tenant_id, service_call_id, correlation_id, due_at, registered_at, reached_at, state, command_seq)
+             SELECT '{tenant}', '{tenant}-' || {key}, 'corr-' || {corr},
+                    to_char(to_timestamp(({first_ms} + x * {step_ms}) / 1000.0) AT TIME ZONE 'UTC',
+                            'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
+                    '2026-01-01T00:00:00.000Z', {reached}, '{state}', 0
+             FROM generate_series(0::bigint, {last}) AS x",
+            last = n.saturating_sub(1),
+            key = scatter("lpad(to_hex(", "), 8, '0')", 2_654_435_761),
+            corr = scatter("lpad(to_hex(", "), 8, '0')", 2_246_822_519),
+        )
+    } else {
+        format!(
+            "WITH RECURSIVE seq(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM seq WHERE x < {last})
+             INSERT INTO timer_schedules
+               (tenant_id, service_call_id, correlation_id, due_at, registered_at, reached_at, state, command_seq)
+             SELECT '{tenant}', '{tenant}-' || {key}, 'corr-' || {corr},
+                    strftime('%Y-%m-%dT%H:%M:%fZ', ({first_ms} + x * {step_ms}) / 1000.0, 'unixepoch'),
+                    '2026-01-01T00:00:00.000Z', {reached}, '{state}', 0
+             FROM seq",
+            last = n.saturating_sub(1),
+            key = scatter("printf('%08x', ", ")", 2_654_435_761),
+            corr = scatter("printf('%08x', ", ")", 2_246_822_519),
+        )
+    }
+}

@@ -145,6 +145,10 @@ pub struct FaultRecord {
     pub skipped: Option<String>,
     /// Anything worth printing beside the table (exit status after SIGTERM, …).
     pub notes: Vec<String>,
+    /// Whether it may hold commands up (it breaks or stops a part of the service), so that a
+    /// command may lose to a firing while it lasts; a load the service must absorb (one
+    /// tenant's heavy reads) does not.
+    pub disturbs: bool,
 }
 
 /// A tenant's burst of timers all due at one instant.
@@ -155,7 +159,17 @@ pub struct Burst {
     pub timers: usize,
 }
 
-/// A request of the API flood and whether it was answered.
+/// One tenant's flood of heavy API reads, from its first request to its last answer: the other
+/// tenants' timers due meanwhile must not wait for it.
+#[derive(Clone, Debug)]
+pub struct ReadFlood {
+    pub tenant: String,
+    pub from: Instant,
+    pub to: Instant,
+    pub requests: usize,
+}
+
+/// A request of an API flood and whether it was answered.
 #[derive(Clone, Debug)]
 pub struct ApiRequest {
     pub subject: String,
@@ -196,5 +210,7 @@ pub struct Run {
     /// Bursts fired with no fault on: the other tenants' timers due meanwhile must not wait for
     /// them.
     pub bursts: Vec<Burst>,
+    /// Floods of one tenant's heavy reads: the same holds while they last.
+    pub read_floods: Vec<ReadFlood>,
     pub ended: Option<Instant>,
 }

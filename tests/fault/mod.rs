@@ -3,18 +3,22 @@
 //! - `workload`: clients of four tenants schedule, reschedule and cancel timers (one bursting),
 //!   recording every operation with its outcome;
 //! - `nemesis`: one fault after another (broker killed mid-firing and frozen; daemon killed,
-//!   stopped, frozen; command stream deleted; disk full; clock stepped; hostile API input; the
-//!   database server frozen and stopped, on PostgreSQL, where the run has a server of its own),
-//!   each healed after a few seconds and followed by a probe timer per tenant;
+//!   stopped, frozen; command stream deleted; disk full; clock stepped; hostile API input; one
+//!   tenant's heavy reads (`read_flood`); the database server frozen and stopped, on
+//!   PostgreSQL, where the run has a server of its own), each healed after a few seconds and
+//!   followed by a probe timer per tenant;
 //! - `observer`: a plain subscriber, and the event stream and database read at the end;
 //! - `history`: the record all of these produce;
-//! - `checker`: pure functions judging that record against the contract's invariants;
+//! - `checker`: pure functions judging that record against the contract's invariants (the
+//!   fairness one, (h), in `fairness`);
 //! - `report`: the table per fault.
 
 pub mod checker;
+pub mod fairness;
 pub mod history;
 pub mod nemesis;
 pub mod observer;
+pub mod read_flood;
 pub mod report;
 pub mod workload;
 
@@ -133,6 +137,10 @@ pub async fn run(plan: &Plan) -> Run {
         postgres,
         http,
     };
+    // The heavy reader's timers are there before the daemon starts, as on a service that has run
+    // a while.
+    let run_for = Duration::from_secs(plan.seconds.unwrap_or(0));
+    read_flood::hold_pending(&world.database(), run_for).await;
     world.start_daemon();
     let url = world.server.url();
     let admin = TestClient::connect(&world.server).await;
@@ -199,6 +207,7 @@ pub async fn run(plan: &Plan) -> Run {
         hostile: nemesis.hostile,
         hostile_tenants,
         bursts,
+        read_floods: nemesis.read_floods,
         ended: Some(Utc::now()),
     }
 }

@@ -1,6 +1,6 @@
 //! The nemesis: injects one fault after another while the workload runs, each for a few
 //! seconds, heals it, and then schedules a probe timer per tenant (due a second later) to see
-//! how long the service takes to fire again.
+//! how long the service takes to fire again. One tenant's heavy reads are in `read_flood`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +8,9 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 
-use super::history::{ApiRequest, FaultRecord, HostileCommand, Instant, Key, Outcome, Window};
+use super::history::{
+    ApiRequest, FaultRecord, HostileCommand, Instant, Key, Outcome, ReadFlood, Window,
+};
 use super::observer::Observer;
 use super::workload::{BURST_TENANT, Client, TENANTS};
 use crate::common::{
@@ -27,12 +29,13 @@ pub enum Fault {
     DiskFull,
     ClockStep,
     ApiFlood,
+    ReadFlood,
     DatabasePause,
     DatabaseRestart,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Self::BrokerKillMidFiring,
         Self::BrokerPause,
         Self::DaemonKill,
@@ -42,6 +45,7 @@ impl Fault {
         Self::DiskFull,
         Self::ClockStep,
         Self::ApiFlood,
+        Self::ReadFlood,
         Self::DatabasePause,
         Self::DatabaseRestart,
     ];
@@ -57,9 +61,16 @@ impl Fault {
             Self::DiskFull => "disk full",
             Self::ClockStep => "clock stepped",
             Self::ApiFlood => "API flood",
+            Self::ReadFlood => "one tenant's heavy reads",
             Self::DatabasePause => "database SIGSTOP 5s",
             Self::DatabaseRestart => "database stopped 6s, restarted",
         }
+    }
+
+    /// Whether it may hold commands up (see `FaultRecord::disturbs`): every fault but one
+    /// tenant's heavy reads, a load the service must take without the others noticing.
+    pub fn disturbs(self) -> bool {
+        self != Self::ReadFlood
     }
 }
 
@@ -201,6 +212,7 @@ pub struct Nemesis {
     pub destroyed: Vec<Window>,
     pub api_requests: Vec<ApiRequest>,
     pub hostile: Vec<HostileCommand>,
+    pub read_floods: Vec<ReadFlood>,
     /// How long to wait for probes at most; shortened once a probe did not fire, so a wedged
     /// service does not make every later fault wait the whole bound (the checker still judges
     /// the probes by when they fire, whenever that is).
@@ -221,6 +233,7 @@ impl Nemesis {
             destroyed: Vec::new(),
             api_requests: Vec::new(),
             hostile: Vec::new(),
+            read_floods: Vec::new(),
             probe_wait: super::checker::LIVENESS_BOUND.to_std().expect("positive"),
             also_awaited: Vec::new(),
             cycle: 0,
@@ -277,6 +290,14 @@ impl Nemesis {
                 self.api_flood(&mut notes).await;
                 Ok(())
             }
+            Fault::ReadFlood => {
+                let url = self.world.server.url();
+                let flooded = super::read_flood::flood(&self.client, &url, self.cycle).await;
+                notes.push(flooded.note);
+                self.api_requests.extend(flooded.requests);
+                self.read_floods.push(flooded.flood);
+                Ok(())
+            }
             Fault::DatabasePause => self.database_fault(fault, &mut notes).await,
             Fault::DatabaseRestart => self.database_fault(fault, &mut notes).await,
         };
@@ -296,6 +317,7 @@ impl Nemesis {
             probes,
             skipped,
             notes,
+            disturbs: fault.disturbs(),
         }
     }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::checker::{self, Invariant, Verdict};
+use super::fairness;
 use super::history::{Command, Instant, Outcome, Run};
 
 /// The row a moment belongs to: the last fault started at or before it (0 = before any).
@@ -132,17 +133,28 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
         }
     }
     let disturbed = checker::disturbed_windows(run, &verdict.refire);
-    for firing in checker::burst_firings(run, &disturbed, verdict) {
-        let worst = firing.others.iter().map(|(_, _, _, late)| *late).max();
+    for busy in fairness::busy_periods(run, &disturbed, verdict) {
+        let mut late: Vec<_> = busy.others.iter().map(|o| o.late).collect();
+        late.sort();
+        let worst = busy.others.iter().max_by_key(|other| other.late);
+        let over = late
+            .iter()
+            .filter(|l| **l > fairness::FAIRNESS_BOUND)
+            .count();
         let _ = writeln!(
             out,
-            "  a burst of {} {} timers, no fault on, fired in {} ms; {} other tenants' timers due \
-             meanwhile, the latest {} ms late",
-            firing.burst.timers,
-            firing.burst.tenant,
-            firing.took.num_milliseconds(),
-            firing.others.len(),
-            worst.map_or(0, |w| w.num_milliseconds())
+            "  while {} ({} ms): {} other tenants' timers due meanwhile, {over} more than {} ms \
+             late; median {} ms, the latest {}",
+            busy.load.describe(),
+            (busy.during.to - busy.during.from).num_milliseconds(),
+            late.len(),
+            fairness::FAIRNESS_BOUND.num_milliseconds(),
+            late.get(late.len() / 2).map_or(0, |l| l.num_milliseconds()),
+            worst.map_or("-".into(), |w| format!(
+                "{} ms late ({})",
+                w.late.num_milliseconds(),
+                w.key
+            ))
         );
     }
     let _ = writeln!(

@@ -1,5 +1,11 @@
 //! The Markdown report: medians (with the range across runs) of every figure collected, the
-//! targets each is measured against, and where the CPU went.
+//! targets each is measured against, and where the CPU went. `postgres` writes the PostgreSQL
+//! figures, `tenants` one tenant's load beside another's, `baseline` each compared figure beside
+//! the `--baseline` build's.
+
+mod baseline;
+mod postgres;
+mod tenants;
 
 use std::fmt::Write as _;
 
@@ -205,37 +211,39 @@ pub fn report(args: &Args, f: &Figures) -> String {
         verdict(early == 0 && missing == 0)
     );
 
-    let _ = writeln!(
-        r,
-        "\n## Raw limits (same broker build, same disk, no daemon)\n"
-    );
-    let _ = writeln!(r, "| operation | per second |\n| --- | --- |");
-    let _ = writeln!(
-        r,
-        "| JetStream pull (batch 1000) + ack each | {} |",
-        show(f, "raw.consume", 0)
-    );
-    for window in [1000, 4000] {
+    if f.rates.keys().any(|k| k.starts_with("raw.")) {
         let _ = writeln!(
             r,
-            "| JetStream publish + PubAck with Nats-Msg-Id, {window} in flight | {} |",
-            show(f, &format!("raw.publish.{window}"), 0)
+            "\n## Raw limits (same broker build, same disk, no daemon)\n"
         );
-    }
-    for backend in ["SQLite", "PostgreSQL"] {
-        for batch in &batches {
-            let up = format!("raw.upsert.{backend}.{batch}");
-            if f.rates.contains_key(&up) {
-                let _ = writeln!(
-                    r,
-                    "| {backend} upsert, {batch}-row batches (the service's store) | {} |",
-                    show(f, &up, 0)
-                );
-                let _ = writeln!(
-                    r,
-                    "| {backend} claim due + mark Reached, {batch}-row batches | {} |",
-                    show(f, &format!("raw.mark.{backend}.{batch}"), 0)
-                );
+        let _ = writeln!(r, "| operation | per second |\n| --- | --- |");
+        let _ = writeln!(
+            r,
+            "| JetStream pull (batch 1000) + ack each | {} |",
+            show(f, "raw.consume", 0)
+        );
+        for window in [1000, 4000] {
+            let _ = writeln!(
+                r,
+                "| JetStream publish + PubAck with Nats-Msg-Id, {window} in flight | {} |",
+                show(f, &format!("raw.publish.{window}"), 0)
+            );
+        }
+        for backend in ["SQLite", "PostgreSQL"] {
+            for batch in &batches {
+                let up = format!("raw.upsert.{backend}.{batch}");
+                if f.rates.contains_key(&up) {
+                    let _ = writeln!(
+                        r,
+                        "| {backend} upsert, {batch}-row batches (the service's store) | {} |",
+                        show(f, &up, 0)
+                    );
+                    let _ = writeln!(
+                        r,
+                        "| {backend} claim due + mark Reached, {batch}-row batches | {} |",
+                        show(f, &format!("raw.mark.{backend}.{batch}"), 0)
+                    );
+                }
             }
         }
     }
@@ -346,10 +354,25 @@ pub fn report(args: &Args, f: &Figures) -> String {
             ),
             (api_note, "cost.api"),
             (janitor_note, "cost.janitor"),
+            (
+                "metrics on, the Janitor's run without its backlog".to_owned(),
+                "cost.plain",
+            ),
         ] {
             if let Some(row) = lateness_row(f, &name, key) {
                 let _ = writeln!(r, "{row}");
             }
+        }
+        if let (Some(with), Some(without)) = (
+            lateness_stat(f, "cost.janitor", |l| l.p99),
+            lateness_stat(f, "cost.plain", |l| l.p99),
+        ) {
+            let _ = writeln!(
+                r,
+                "\nThe Janitor's backlog adds {:.2} ms to the p99 ({with:.2} against {without:.2} ms \
+                 on an empty database, the same daemon and load).",
+                with - without
+            );
         }
         let _ = writeln!(
             r,
@@ -380,108 +403,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
         );
     }
 
-    if f.rates.keys().any(|k| k.starts_with("pg.")) {
-        let rate = args.rates.first().copied().unwrap_or(1000);
-        let _ = writeln!(r, "\n## PostgreSQL and several daemons\n");
-        let _ = writeln!(
-            r,
-            "Same workloads, default configuration; lateness at {rate}/s. Daemons, broker and PostgreSQL share the 2 cores.\n"
-        );
-        let _ = writeln!(
-            r,
-            "| store, daemons | ingest /s | fire /s | lateness p50 | p99 | missing |\n| --- | --- | --- | --- | --- | --- |"
-        );
-        let row = |name: &str, ingest: &str, fire: &str, late: &str| {
-            let s = |pick: fn(&Lateness) -> f64| {
-                lateness_stat(f, late, pick).map_or("n/a".into(), |v| format!("{v:.2}"))
-            };
-            let missing: usize = f
-                .lateness
-                .get(late)
-                .map_or(0, |v| v.iter().map(|l| l.missing).sum());
-            format!(
-                "| {name} | {} | {} | {} | {} | {missing} |",
-                show(f, ingest, 0),
-                show(f, fire, 0),
-                s(|l| l.p50),
-                s(|l| l.p99)
-            )
-        };
-        let _ = writeln!(
-            r,
-            "{}",
-            row(
-                "SQLite, 1",
-                &format!("ingest.{DEFAULT_BATCH}"),
-                &format!("fire.{DEFAULT_BATCH}"),
-                &format!("lateness.{rate}")
-            )
-        );
-        for n in &args.daemons {
-            let _ = writeln!(
-                r,
-                "{}",
-                row(
-                    &format!("PostgreSQL, {n}"),
-                    &format!("pg.ingest.{n}"),
-                    &format!("pg.fire.{n}"),
-                    &format!("pg.lateness.{n}")
-                )
-            );
-        }
-        let _ = writeln!(r, "\nCPU (cores of 2), where the time goes:\n");
-        let _ = writeln!(r, "| store, daemons | ingest | fire |\n| --- | --- | --- |");
-        let _ = writeln!(
-            r,
-            "| SQLite, 1 | {} | {} |",
-            cpu(f, &format!("ingest.{DEFAULT_BATCH}")),
-            cpu(f, &format!("fire.{DEFAULT_BATCH}"))
-        );
-        for n in &args.daemons {
-            let _ = writeln!(
-                r,
-                "| PostgreSQL, {n} | {} | {} |",
-                cpu(f, &format!("pg.ingest.{n}")),
-                cpu(f, &format!("pg.fire.{n}"))
-            );
-        }
-        let _ = writeln!(
-            r,
-            "\nPostgreSQL's CPU per command stored and per timer fired (its cores ÷ the rate):\n"
-        );
-        let _ = writeln!(
-            r,
-            "| daemons | µs per command | µs per timer |\n| --- | --- | --- |"
-        );
-        for n in &args.daemons {
-            let _ = writeln!(
-                r,
-                "| {n} | {} | {} |",
-                postgres_us(f, &format!("pg.ingest.{n}")),
-                postgres_us(f, &format!("pg.fire.{n}"))
-            );
-        }
-        for tag in ["kill", "freeze"] {
-            let key = format!("pg.failover.{tag}.after_fault");
-            if f.rates.contains_key(&key) {
-                let most = args.daemons.iter().max().copied().unwrap_or(1);
-                let _ = writeln!(
-                    r,
-                    "\nFailover, {most} daemons, {} timers due at once, the first daemon {} 300 ms after \
-                     that instant: the last timer marked {} s after the fault ({} s after the due instant; \
-                     claim lease 30 s).",
-                    args.failover_n,
-                    if tag == "kill" {
-                        "killed (`kill -9`)"
-                    } else {
-                        "frozen (SIGSTOP)"
-                    },
-                    show(f, &key, 1),
-                    show(f, &format!("pg.failover.{tag}.drain"), 1)
-                );
-            }
-        }
-    }
+    postgres::postgres(&mut r, args, f);
 
     if f.rates.keys().any(|k| k.starts_with("scale.")) {
         let rate = args.rates.first().copied().unwrap_or(1000);
@@ -546,7 +468,9 @@ pub fn report(args: &Args, f: &Figures) -> String {
         );
     }
 
-    tenants(&mut r, args, f);
+    tenants::tenants(&mut r, args, f);
+    tenants::reads(&mut r, args, f);
+    baseline::beside(&mut r, args, f);
 
     if let Some(metrics) = &f.metrics_sample {
         let _ = writeln!(
@@ -563,76 +487,4 @@ pub fn report(args: &Args, f: &Figures) -> String {
         let _ = writeln!(r, "```");
     }
     r
-}
-
-/// The tenants section: the noisy neighbour and a steady load over 50 tenants, for this build
-/// and, with `--baseline`, the earlier one measured beside it.
-fn tenants(r: &mut String, args: &Args, f: &Figures) {
-    if !f.lateness.keys().any(|k| k.starts_with("tenants.")) {
-        return;
-    }
-    let _ = writeln!(r, "\n## Tenants\n");
-    let _ = writeln!(
-        r,
-        "Noisy neighbour: tenant `bulk` has {} timers due at one instant, tenant `small` 200 due \
-         one every 5 ms from 200 ms after it, received on a connection of their own. `small`'s \
-         lateness (received − dueAt, ms) and the seconds from the instant until nothing is pending \
-         (\"drain\"). `old` is the `--baseline` build, run alternately with this one (`new`).\n",
-        args.noisy_n
-    );
-    let _ = writeln!(
-        r,
-        "| build, store | p50 | p99 | p99.9 | max | early | missing | drain (s) |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
-    );
-    let most = args.daemons.iter().copied().max().unwrap_or(1);
-    let stores = [
-        ("sqlite", "SQLite, 1 daemon".to_owned()),
-        ("pg", format!("PostgreSQL, {most} daemons")),
-    ];
-    for (store, name) in &stores {
-        for label in ["new", "old"] {
-            let key = format!("tenants.noisy.{store}.{label}");
-            if let Some(row) = lateness_row(f, &format!("{label}, {name}"), &key) {
-                let drain = show(f, &format!("{key}.drain"), 2);
-                let _ = writeln!(r, "{row} {drain} |");
-            }
-        }
-    }
-    let _ = writeln!(r, "\n| target | result | |\n| --- | --- | --- |");
-    for (store, name) in &stores {
-        let key = format!("tenants.noisy.{store}.new");
-        let (Some(p99), Some(max)) = (
-            lateness_stat(f, &key, |l| l.p99),
-            lateness_stat(f, &key, |l| l.max),
-        ) else {
-            continue;
-        };
-        let _ = writeln!(
-            r,
-            "| {name}: quiet tenant p99 ≤ 50 ms, max ≤ 100 ms | {p99:.2} / {max:.2} ms | {} |",
-            verdict(p99 <= 50.0 && max <= 100.0)
-        );
-        if let (Some(new), Some(old)) = (
-            median(f, &format!("{key}.drain")),
-            median(f, &format!("tenants.noisy.{store}.old.drain")),
-        ) {
-            let _ = writeln!(
-                r,
-                "| {name}: burst drain ≤ 110% of the baseline's | {:.0}% ({new:.2} s vs {old:.2} s) | {} |",
-                100.0 * new / old,
-                verdict(new <= 1.1 * old)
-            );
-        }
-    }
-    let rate = args.rates.first().copied().unwrap_or(1000);
-    let _ = writeln!(
-        r,
-        "\nSteady {rate}/s over 50 tenants, SQLite, 1 daemon (ms):\n\n\
-         | build | p50 | p99 | p99.9 | max | early | missing |\n| --- | --- | --- | --- | --- | --- | --- |"
-    );
-    for label in ["new", "old"] {
-        if let Some(row) = lateness_row(f, label, &format!("tenants.steady50.{label}")) {
-            let _ = writeln!(r, "{row}");
-        }
-    }
 }

@@ -1,0 +1,165 @@
+//! The daemon's figures, each driven through the public contract only: commands published to
+//! `timer.cmd.schedule.<tenant>`, API requests on `timer.api.<verb>.<tenant>`, events read from
+//! `timer.evt.due.<tenant>`.
+//!
+//! - `backlog`: work queued or due at once, and how fast it is worked off (ingest, fire, a
+//!   failed daemon's share taken over, overdue timers at restart);
+//! - `steady`: a steady load of timers and their lateness, alone or with something beside it
+//!   (API requests, scraping, retention), and the broker's own scheduler on the same load;
+//! - `api`: the query API's request rate;
+//! - `tenants`: one tenant's load beside another's timers (a burst due at once, heavy reads).
+//!
+//! This module holds what they share: starting and stopping the daemons, publishing a steady
+//! stream of timers, and collecting the lateness of their events.
+
+mod api;
+mod backlog;
+mod steady;
+mod tenants;
+
+pub use api::api_throughput;
+pub use backlog::{Failure, catch_up, failover, fire, ingest};
+pub use steady::{LatenessRun, Load, lateness, native_lateness, retention_under_load};
+pub use tenants::{ReadsShape, noisy, reads};
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use tokio::sync::Mutex;
+
+use crate::daemon::{CpuMeter, Daemon, Settings};
+use crate::support::rfc3339;
+use crate::world::World;
+
+/// A ScheduleTimer command of `tenant` for key `id`, due at `due`.
+fn command(tenant: &str, id: &str, due: DateTime<Utc>) -> bytes::Bytes {
+    serde_json::to_vec(&serde_json::json!({
+        "id": uuid::Uuid::now_v7(),
+        "type": "ScheduleTimer",
+        "tenantId": tenant,
+        "timestampMs": Utc::now().timestamp_millis(),
+        "payload": { "tenantId": tenant, "serviceCallId": id, "dueAt": rfc3339(due) },
+    }))
+    .expect("json")
+    .into()
+}
+
+/// A throughput figure, with the memory and CPU it took.
+pub struct Run {
+    pub per_second: f64,
+    pub peak_rss_mib: f64,
+    /// Cores used by each process group during the run.
+    pub cpu: Vec<(String, f64)>,
+}
+
+fn start_daemons(world: &World, daemons: &[Settings]) -> Vec<Daemon> {
+    daemons.iter().map(|s| world.daemon(s)).collect()
+}
+
+fn meter(world: &World, daemons: &[Daemon]) -> CpuMeter {
+    let pids: Vec<u32> = daemons.iter().map(Daemon::pid).collect();
+    CpuMeter::start(&pids, world.server.pid(), world.is_postgres())
+}
+
+fn stop(daemons: Vec<Daemon>) -> f64 {
+    let rss = daemons
+        .iter()
+        .map(Daemon::peak_rss_mib)
+        .fold(0.0_f64, f64::max);
+    for daemon in daemons {
+        daemon.stop();
+    }
+    rss
+}
+
+/// Waits (up to 30 s) until the API answers a `stats` request of `tenant`.
+async fn wait_for_api(world: &World, tenant: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while world
+        .client
+        .request(format!("timer.api.stats.{tenant}"), "{}".into())
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the API never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Publishes `count` timers at `rate` per second, each `lead` ahead of its own `dueAt`.
+async fn schedule_steady<F, Fut>(rate: u32, count: usize, lead: Duration, publish: F)
+where
+    F: Fn(usize, DateTime<Utc>) -> Fut,
+    Fut: std::future::Future<
+            Output = Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError>,
+        >,
+{
+    let start_wall = Utc::now() + chrono::Duration::from_std(lead).expect("lead");
+    let start = tokio::time::Instant::now();
+    let step = Duration::from_secs_f64(1.0 / f64::from(rate));
+    let mut acks = Vec::with_capacity(count);
+    for i in 0..count {
+        let offset = step.mul_f64(i as f64);
+        tokio::time::sleep_until(start + offset).await;
+        let due = start_wall + chrono::Duration::from_std(offset).expect("offset");
+        acks.push(publish(i, due).await.expect("publish"));
+        if acks.len() >= 500 {
+            for ack in acks.drain(..) {
+                ack.await.expect("PubAck");
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.expect("PubAck");
+    }
+}
+
+type Samples = Arc<Mutex<Vec<f64>>>;
+
+/// Subscribes to `subject` and records, for each event, its lateness in ms.
+async fn collect_lateness(client: &async_nats::Client, subject: String) -> Samples {
+    let samples: Samples = Arc::new(Mutex::new(Vec::new()));
+    let mut subscriber = client.subscribe(subject).await.expect("subscribe");
+    let sink = samples.clone();
+    tokio::spawn(async move {
+        while let Some(message) = subscriber.next().await {
+            let received = Utc::now();
+            let Ok(event) = serde_json::from_slice::<serde_json::Value>(&message.payload) else {
+                continue;
+            };
+            let Some(due) = event["payload"]["dueAt"]
+                .as_str()
+                .and_then(|t| t.parse::<DateTime<Utc>>().ok())
+            else {
+                continue;
+            };
+            let late = (received - due).num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0;
+            sink.lock().await.push(late);
+        }
+    });
+    client.flush().await.expect("flush");
+    samples
+}
+
+/// Waits until `expected` samples arrived, or `grace` passed without a new one.
+async fn wait_for(samples: Samples, expected: usize, grace: Duration) -> Vec<f64> {
+    let mut last_len = 0;
+    let mut last_change = Instant::now();
+    loop {
+        let len = samples.lock().await.len();
+        if len >= expected {
+            break;
+        }
+        if len != last_len {
+            last_len = len;
+            last_change = Instant::now();
+        } else if last_change.elapsed() > grace {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    samples.lock().await.clone()
+}
