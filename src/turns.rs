@@ -71,6 +71,22 @@ impl<T> Turns<T> {
         None
     }
 
+    /// The next item of a key for which `eligible` holds, keys taking turns as in [`Self::pop`]:
+    /// a key passed over keeps its place in the turns. With its key.
+    pub fn pop_eligible(&mut self, eligible: impl Fn(&str) -> bool) -> Option<(String, T)> {
+        let at = self.turns.iter().position(|key| eligible(key))?;
+        let key = self.turns.remove(at)?;
+        let items = self.by_key.get_mut(&key)?;
+        let item = items.pop_front()?;
+        if items.is_empty() {
+            self.by_key.remove(&key);
+        } else {
+            self.turns.push_back(key.clone());
+        }
+        self.len -= 1;
+        Some((key, item))
+    }
+
     /// Up to `size` items, one from each key in turn.
     pub fn pop_many(&mut self, size: usize) -> Vec<T> {
         let mut batch = Vec::with_capacity(size.min(self.len));
@@ -123,6 +139,21 @@ mod tests {
         turns.push("a", 1);
         assert_eq!(turns.pop_many(2), [0, 1], "b's turn first, then a's");
         assert_eq!(turns.len(), 0);
+    }
+
+    #[test]
+    fn a_key_passed_over_keeps_its_turn() {
+        let mut turns = Turns::default();
+        turns.push("busy", 1);
+        turns.push("busy", 2);
+        turns.push("idle", 3);
+        assert_eq!(
+            turns.pop_eligible(|key| key != "busy"),
+            Some(("idle".to_owned(), 3))
+        );
+        assert_eq!(turns.pop_eligible(|key| key != "busy"), None);
+        assert_eq!(turns.pop_eligible(|_| true), Some(("busy".to_owned(), 1)));
+        assert_eq!(turns.len(), 1);
     }
 
     #[test]

@@ -238,8 +238,9 @@ fn probe() -> Operation {
 /// stopped daemon.
 async fn serve(lane: Arc<Lane>, mut worker: Worker) -> &'static str {
     worker.warm_up().await;
-    while let Some(queued) = lane.next().await {
-        queued.operation.run(&mut worker).await;
+    while let Some(taken) = lane.next().await {
+        taken.operation.run(&mut worker).await;
+        lane.done(taken.key);
     }
     worker.close().await;
     lane.spec.name

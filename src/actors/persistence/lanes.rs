@@ -8,8 +8,11 @@
 //!   command commit's fsync), `writer` (the probe, commands, retention) and `reader`.
 //!
 //! Within a lane, a class of higher [`Rank`] goes first; reads take turns by tenant
-//! ([`Turns`]). Each lane's queue depth and each operation's wait in it are metrics.
+//! ([`Turns`]), and a tenant's reads run on one connection at a time: its flood of reads
+//! takes one reader connection (one core of the database), never all of them. Each lane's
+//! queue depth and each operation's wait in it are metrics.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -73,6 +76,12 @@ pub(super) struct Queued {
     pub since: Instant,
 }
 
+/// An operation taken from a lane: its key counts as running until [`Lane::done`].
+pub(super) struct Taken {
+    pub operation: Operation,
+    pub key: (Rank, String),
+}
+
 /// A lane's queue, shared by the connections that serve it.
 pub(super) struct Lane {
     pub spec: LaneSpec,
@@ -85,6 +94,8 @@ pub(super) struct Lane {
 struct LaneQueue {
     ranks: Vec<(Rank, Turns<Queued>)>,
     len: usize,
+    /// Keys with an operation running: their next waits.
+    running: HashSet<(Rank, String)>,
 }
 
 impl LaneQueue {
@@ -92,6 +103,7 @@ impl LaneQueue {
         Self {
             ranks: ranks.iter().map(|r| (*r, Turns::default())).collect(),
             len: 0,
+            running: HashSet::new(),
         }
     }
 
@@ -106,10 +118,17 @@ impl LaneQueue {
         Ok(())
     }
 
-    fn pop(&mut self) -> Option<Queued> {
-        let queued = self.ranks.iter_mut().find_map(|(_, turns)| turns.pop())?;
+    /// The next operation of the highest rank whose key has none running; its key now runs.
+    fn pop(&mut self) -> Option<(Queued, (Rank, String))> {
+        let running = &self.running;
+        let (rank, key, queued) = self.ranks.iter_mut().find_map(|(rank, turns)| {
+            let (key, queued) =
+                turns.pop_eligible(|key| !running.contains(&(*rank, key.to_owned())))?;
+            Some((*rank, key, queued))
+        })?;
         self.len -= 1;
-        Some(queued)
+        self.running.insert((rank, key.clone()));
+        Some((queued, (rank, key)))
     }
 
     fn waiting(&self, rank: Rank) -> usize {
@@ -169,27 +188,38 @@ impl Lane {
     }
 
     /// The next operation to run, waiting for one; `None` once the lane closes and its queue is
-    /// empty (what was queued before the close still runs).
-    pub async fn next(&self) -> Option<Queued> {
+    /// empty (what was queued before the close still runs). Its key runs until [`Self::done`].
+    pub async fn next(&self) -> Option<Taken> {
         loop {
             let notified = self.ready.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (queued, depth) = {
+            let (popped, depth, empty) = {
                 let mut queue = self.lock();
-                (queue.pop(), queue.len)
+                let popped = queue.pop();
+                (popped, queue.len, queue.len == 0)
             };
-            if let Some(queued) = queued {
+            if let Some((queued, key)) = popped {
                 self.record_depth(depth);
                 metrics::histogram!(crate::telemetry::DATABASE_WAIT, "lane" => self.spec.name)
                     .record(queued.since.elapsed().as_secs_f64());
-                return Some(queued);
+                return Some(Taken {
+                    operation: queued.operation,
+                    key,
+                });
             }
-            if self.closing.load(Ordering::Acquire) {
+            if empty && self.closing.load(Ordering::Acquire) {
                 return None;
             }
             notified.await;
         }
+    }
+
+    /// The operation taken as `key` has run: the key's next may run.
+    pub fn done(&self, key: (Rank, String)) {
+        self.lock().running.remove(&key);
+        // A connection may be waiting for this key's next operation.
+        self.ready.notify_one();
     }
 
     /// No more operations are taken once the queue is empty.
@@ -221,10 +251,14 @@ mod tests {
         )
     }
 
+    /// What the lane runs, one operation after another.
     fn names(lane: &Lane, n: usize) -> Vec<&'static str> {
-        let mut queue = lane.lock();
         (0..n)
-            .filter_map(|_| queue.pop().map(|q| q.operation.name))
+            .filter_map(|_| {
+                let (queued, key) = lane.lock().pop()?;
+                lane.done(key);
+                Some(queued.operation.name)
+            })
             .collect()
     }
 
@@ -261,6 +295,27 @@ mod tests {
     }
 
     #[test]
+    fn a_tenants_reads_run_on_one_connection_at_a_time() {
+        let lane = Lane::new(layout(&DatabaseTarget::sqlite("t.db"), 2)[1].clone());
+        for name in ["whale-1", "whale-2"] {
+            lane.submit(operation(name, Class::tenant_read("whale")));
+        }
+        lane.submit(operation("small-1", Class::tenant_read("small")));
+        let (first, whale) = lane.lock().pop().unwrap();
+        assert_eq!(first.operation.name, "whale-1");
+        let (second, small) = lane.lock().pop().unwrap();
+        assert_eq!(
+            second.operation.name, "small-1",
+            "the other connection serves small"
+        );
+        assert!(lane.lock().pop().is_none(), "whale-2 waits for whale-1");
+        lane.done(small);
+        assert!(lane.lock().pop().is_none(), "still waiting for whale-1");
+        lane.done(whale);
+        assert_eq!(lane.lock().pop().unwrap().0.operation.name, "whale-2");
+    }
+
+    #[test]
     fn postgres_fires_on_a_lane_of_its_own() {
         let url = "postgres://x@h/db".to_owned();
         let lanes = layout(&DatabaseTarget::Postgres { url }, 0);
@@ -276,7 +331,9 @@ mod tests {
         let lane = Lane::new(layout(&DatabaseTarget::sqlite("t.db"), 1)[0].clone());
         lane.submit(operation("apply", Class::Commands));
         lane.close();
-        assert_eq!(lane.next().await.map(|q| q.operation.name), Some("apply"));
+        let taken = lane.next().await.unwrap();
+        assert_eq!(taken.operation.name, "apply");
+        lane.done(taken.key);
         assert!(lane.next().await.is_none());
     }
 }
