@@ -17,7 +17,7 @@
 //! `batch_size`; while the broker acknowledges them, Persistence already claims the next (after
 //! the last timer claimed, and fenced off the claims still held, so none is published twice),
 //! and settled batches are marked together, [`MARK_AT_LEAST`] or more at a time. Memory stays
-//! bounded by [`window`] timers held, whatever the number of pending timers.
+//! bounded by [`hold_limit`] timers held, whatever the number of pending timers.
 //!
 //! Tenants take turns (docs/CONTRACT.md §9). Claimed timers wait in a queue by tenant
 //! (`poller::queue`), and batches are filled one timer per tenant in turn; only as many timers
@@ -59,9 +59,10 @@ pub fn claim_size(batch_size: usize) -> usize {
     CLAIM_AT_LEAST.div_ceil(batch_size) * batch_size
 }
 
-/// Timers in flight (claimed, not yet marked) at most: two claims, so that one is claimed while
-/// the other is published.
-pub fn window(batch_size: usize) -> usize {
+/// Timers held for publishing (queued or at the broker) at most before a claim in `dueAt` order:
+/// two claims, so that one is claimed while the other is published. Not the broker's window
+/// (`poller::window`), which bounds the timers at the broker alone.
+pub fn hold_limit(batch_size: usize) -> usize {
     2 * claim_size(batch_size)
 }
 
@@ -344,7 +345,7 @@ fn end_run(state: &mut PollerState) {
     state.fair_resume = None;
 }
 
-/// Claims due timers and queues them for publishing, until the window is full or nothing more
+/// Claims due timers and queues them for publishing, until the hold limit is reached or nothing more
 /// is due, then arranges the wake-up for the next `dueAt`; while a backlog lasts, lets the
 /// tenants with nothing held have their share (a fair claim).
 async fn fill(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
@@ -358,7 +359,7 @@ async fn fill_claims(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
     let claim = claim_size(batch_size);
     // A backlog: the last claim came back full (or its round was cut short), or timers wait.
     let mut backlog = state.more_due || !state.pipe.queue_is_empty();
-    // Whatever stops this round before it has planned the next wake-up (the window is full,
+    // Whatever stops this round before it has planned the next wake-up (the hold limit is reached,
     // published timers wait for their mark) leaves batches in flight: claim again once they
     // settle, so no wake-up is lost.
     state.more_due = true;
@@ -388,7 +389,7 @@ async fn fill_claims(myself: &ActorRef<PollerMsg>, state: &mut PollerState) {
         if backlog && !claim_fair(myself, state).await {
             return;
         }
-        if state.pipe.held() + claim > window(batch_size) {
+        if state.pipe.held() + claim > hold_limit(batch_size) {
             return;
         }
         let now = state.args.clock.now();
@@ -464,7 +465,7 @@ async fn claim_fair(myself: &ActorRef<PollerMsg>, state: &mut PollerState) -> bo
     // claim of this daemon's is taken again by a fair claim: the claim in `dueAt` order, which
     // follows, takes those.
     let fence = state.fence.unwrap_or(DateTime::UNIX_EPOCH);
-    if !due_for_one || state.pipe.held() >= 2 * window(state.args.batch_size) {
+    if !due_for_one || state.pipe.held() >= 2 * hold_limit(state.args.batch_size) {
         return true;
     }
     state.last_fair = Some(tokio::time::Instant::now());

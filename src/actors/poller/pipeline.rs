@@ -13,7 +13,7 @@ use ractor::concurrency::OneshotReceiver;
 use tokio::sync::oneshot::error::TryRecvError;
 
 use super::queue::{Queue, Waiting};
-use super::window::PublishWindow;
+use super::window::BrokerWindow;
 use super::{PollerArgs, PollerMsg, Published, publish};
 use crate::domain::{DueTimer, Subjects};
 use crate::ports::{Clock, EventBus};
@@ -36,7 +36,7 @@ struct Inner {
     in_flight: VecDeque<OneshotReceiver<Published>>,
     /// Timers in batches the broker has not answered yet, and how many may be.
     publishing: usize,
-    window: PublishWindow,
+    window: BrokerWindow,
 }
 
 /// Batches whose outcome is in, oldest first, and how many ended without one.
@@ -54,7 +54,7 @@ impl Pipeline {
                 held: HashMap::new(),
                 in_flight: VecDeque::new(),
                 publishing: 0,
-                window: PublishWindow::new(batch_size),
+                window: BrokerWindow::new(batch_size),
             })),
             myself,
             bus: args.bus.clone(),
