@@ -169,9 +169,9 @@ async fn many_tenants_with_timers_due_at_the_same_instant_all_fire_once() {
     daemon.shutdown().await.unwrap();
 }
 
-/// A steady stream of timers, each due at its own millisecond, keeps the Poller's pipeline
-/// busy (several batches in flight, wake-ups arriving while others publish): every one fires,
-/// none early.
+/// A steady stream of timers, each due at its own millisecond, keeps the Poller's publishing
+/// stage busy (several batches at the broker, wake-ups arriving while others publish): every
+/// one fires, none early.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_stream_of_timers_all_fire() {
     let (_server, _scratch, daemon, client) = common::started().await;

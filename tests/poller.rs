@@ -16,7 +16,7 @@ use common::eventually;
 use ractor::{Actor, ActorRef};
 use timer_service::actors::Registry;
 use timer_service::actors::persistence::{PersistenceArgs, PersistenceClient, PersistenceMsg};
-use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg, window};
+use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg, hold_limit};
 use timer_service::actors::{NamedActor, Persistence};
 use timer_service::domain::{Subjects, TimerState};
 use timer_service::ports::{BusError, Clock, EventBus, OutgoingEvent, SystemClock};
@@ -147,18 +147,19 @@ async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_s
     persistence_ref.stop(None);
 }
 
-/// A wake-up that comes while the window of batches in flight is full is not lost: once they
-/// settle, the Poller claims again and plans the next wake-up, with no tick to help.
+/// A wake-up that comes while the Poller holds all it may (`hold_limit`) is not lost: once the
+/// batches in flight settle, the Poller claims again and plans the next wake-up, with no tick to
+/// help.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wake_up_that_comes_while_the_window_is_full_is_served_once_batches_settle() {
+async fn a_wake_up_that_comes_while_the_hold_limit_is_reached_is_served_once_batches_settle() {
     let scratch = common::Scratch::new();
-    let registry = Registry::new("poller-window-test");
+    let registry = Registry::new("poller-hold-limit-test");
     let persistence_ref = start_persistence(&scratch, &registry).await;
     let persistence = registry.persistence();
     let now = Utc::now();
     // Just short of two full claims: the second one is not full, so the Poller plans its wake-up
     // for `later`, and then a failed batch's retry replaces that plan.
-    let count = window(100) - 1;
+    let count = hold_limit(100) - 1;
     let commands = (0..count)
         .map(|i| {
             let due =
@@ -185,7 +186,7 @@ async fn a_wake_up_that_comes_while_the_window_is_full_is_served_once_batches_se
         bus.failed.load(Ordering::SeqCst).then_some(())
     })
     .await;
-    // The retry's wake-up comes 100 ms after the failure, while the window is still full.
+    // The retry's wake-up comes 100 ms after the failure, while the hold limit is still reached.
     tokio::time::sleep(Duration::from_millis(400)).await;
     bus.gate.open();
 

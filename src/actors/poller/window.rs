@@ -13,13 +13,14 @@ pub const START: usize = 500;
 /// The largest window, whatever the broker's pace.
 pub const MAX: usize = 5_000;
 
-pub struct PublishWindow {
+/// Timers at the broker at once, at most (`hold_limit` bounds the timers held in all).
+pub struct BrokerWindow {
     size: usize,
     /// One batch: the window never closes.
     least: usize,
 }
 
-impl PublishWindow {
+impl BrokerWindow {
     pub fn new(batch_size: usize) -> Self {
         let least = batch_size.max(1);
         Self {
@@ -48,7 +49,7 @@ mod tests {
 
     #[test]
     fn the_window_shrinks_to_one_batch_while_the_broker_is_slow_and_grows_back() {
-        let mut window = PublishWindow::new(100);
+        let mut window = BrokerWindow::new(100);
         assert_eq!(window.size(), START);
         for _ in 0..50 {
             window.observe(Duration::from_millis(40));
@@ -64,7 +65,7 @@ mod tests {
 
     #[test]
     fn a_batch_larger_than_the_start_is_still_one_batch() {
-        let mut window = PublishWindow::new(10_000);
+        let mut window = BrokerWindow::new(10_000);
         assert_eq!(window.size(), 10_000);
         window.observe(Duration::from_secs(1));
         assert_eq!(window.size(), 10_000);

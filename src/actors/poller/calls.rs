@@ -1,0 +1,211 @@
+//! The Poller's calls to Persistence: claims and marks, each in a task of its own, whose answer
+//! comes back as a message (`PollerMsg::Claimed`, `PollerMsg::Marked`); `phase` says which is
+//! under way. Every call answers, a panic included, or the Poller would wait for it for ever.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use ractor::{ActorProcessingErr, ActorRef};
+use tokio::time::Instant;
+
+use super::marks::{self, Marked};
+use super::phase::{NextClaim, Phase};
+use super::run::Run;
+use super::{PollerMsg, PollerState, claim_size};
+use crate::actors::persistence::CallError;
+use crate::domain::DueTimer;
+use crate::storage::DueBatch;
+use crate::storage::fair::FairBatch;
+
+/// A claim's answer.
+pub struct Claimed {
+    answer: Answer,
+    /// This daemon's clock when the claim was asked: the claim's instant where that clock
+    /// decides what is due (SQLite).
+    asked_at: DateTime<Utc>,
+    /// This daemon's clock when the answer arrived, to learn the store's lead by.
+    answered_at: DateTime<Utc>,
+    /// When the claim was asked: `timer_polling_duration_seconds` runs from there to the mark.
+    started: std::time::Instant,
+}
+
+enum Answer {
+    Due(Result<DueBatch, CallError>),
+    Fair(Result<FairBatch, CallError>),
+}
+
+impl PollerState {
+    /// Claims the due timers in `dueAt` order, after the cursor, fenced by the run.
+    pub(super) fn claim_due(&self, myself: &ActorRef<PollerMsg>) {
+        let after = self.run.as_ref().and_then(|run| run.cursor().cloned());
+        let fence = self.run.as_ref().map(Run::fence);
+        let limit = claim_size(self.args.batch_size);
+        let persistence = self.args.registry.persistence();
+        self.call(myself, Answer::Due, move |now| async move {
+            persistence.claim_due(now, after, limit, fence).await
+        });
+    }
+
+    /// Claims a share of the due timers of each tenant with none held.
+    pub(super) fn claim_fair(&mut self, myself: &ActorRef<PollerMsg>, now: Instant) {
+        let fence = self.run.as_ref().map(Run::fence);
+        let claim = self
+            .fairness
+            .start(now, self.publisher.held_tenants(), fence);
+        let persistence = self.args.registry.persistence();
+        self.call(myself, Answer::Fair, move |at| async move {
+            persistence
+                .claim_fair(at, claim.skip, claim.resume_after, claim.limit, claim.fence)
+                .await
+        });
+    }
+
+    /// Runs `claim`, asked at this daemon's clock's now, in a task of its own; the answer comes
+    /// back as `PollerMsg::Claimed`.
+    fn call<T, Call, Fut>(
+        &self,
+        myself: &ActorRef<PollerMsg>,
+        answer: fn(Result<T, CallError>) -> Answer,
+        claim: Call,
+    ) where
+        T: Send + 'static,
+        Call: FnOnce(DateTime<Utc>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, CallError>> + Send + 'static,
+    {
+        let (myself, clock) = (myself.clone(), self.args.clock.clone());
+        let asked_at = clock.now();
+        let started = std::time::Instant::now();
+        tokio::spawn(async move {
+            let result = answered(claim(asked_at)).await;
+            let claimed = Claimed {
+                answer: answer(result),
+                asked_at,
+                answered_at: clock.now(),
+                started,
+            };
+            let _ = myself.cast(PollerMsg::Claimed(claimed));
+        });
+    }
+
+    /// A claim answered: its timers are queued for publishing, and its round goes on.
+    pub(super) fn claimed(
+        &mut self,
+        myself: &ActorRef<PollerMsg>,
+        claimed: Claimed,
+    ) -> Result<(), ActorProcessingErr> {
+        let Phase::Claiming(mut round) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return Err("a claim answered while none was asked".into());
+        };
+        let Claimed {
+            answer,
+            asked_at,
+            answered_at,
+            started,
+        } = claimed;
+        match answer {
+            Answer::Due(Err(e)) | Answer::Fair(Err(e)) => {
+                tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
+                self.retry_later(myself);
+            }
+            Answer::Fair(Ok(fair)) => {
+                self.wake.learn(fair.batch.server_now, answered_at);
+                self.fairness.answered(fair.resume_after);
+                tracing::debug!(
+                    actor = "poller",
+                    claimed = fair.batch.timers.len(),
+                    "fair claim for the tenants with nothing held"
+                );
+                let decided_at = fair.batch.server_now.unwrap_or(asked_at);
+                self.hold(fair.batch.timers, decided_at, started);
+                self.next_claim_of(myself, round);
+            }
+            Answer::Due(Ok(batch)) => {
+                self.wake.learn(batch.server_now, answered_at);
+                // The instant the timers were found due, by the clock that decided it: their
+                // `reachedAt`.
+                let decided_at = batch.server_now.unwrap_or(asked_at);
+                let full = batch.timers.len() >= claim_size(self.args.batch_size);
+                let last = batch.timers.last().map(DueTimer::position);
+                self.hold(batch.timers, decided_at, started);
+                if let (Some(run), Some(last)) = (&mut self.run, last) {
+                    run.claimed_up_to(last);
+                }
+                if full {
+                    self.next_claim = NextClaim::AsBatchesSettle;
+                    round.next_turn();
+                    self.next_claim_of(myself, round);
+                } else {
+                    // Nothing more is due now: sleep until the next timer is.
+                    self.next_claim = NextClaim::AtWakeUp;
+                    match batch.next_due_at {
+                        Some(at) => self.wake.at(myself, at),
+                        None => self.wake.cancel(),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks everything owed, in one transaction, in a task of its own; the answer comes back
+    /// as `PollerMsg::Marked`. `backoff`, under way, goes on after it.
+    pub(super) fn mark(&mut self, myself: &ActorRef<PollerMsg>, backoff: Option<Instant>) {
+        let batches = self.marks.take();
+        let persistence = self.args.registry.persistence();
+        let myself = myself.clone();
+        let answer = tokio::spawn(async move {
+            let result = answered(persistence.mark_reached(marks::keys(&batches)))
+                .await
+                .map_err(|e| e.to_string());
+            let marked = Marked { batches, result };
+            let _ = myself.cast(PollerMsg::Marked(marked.clone()));
+            marked
+        });
+        self.phase = Phase::Marking { answer, backoff };
+    }
+
+    /// A mark answered. What it could not mark stays owed (the events are out; the rows stay
+    /// `Scheduled` until then), and nothing new is claimed before it is marked.
+    pub(super) fn marked(
+        &mut self,
+        myself: &ActorRef<PollerMsg>,
+        marked: Marked,
+    ) -> Result<(), ActorProcessingErr> {
+        let Phase::Marking { backoff, .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return Err("a mark answered while none was asked".into());
+        };
+        match marked.result {
+            Ok(count) => {
+                marks::record(&marked.batches, count);
+                if self.marks.failed() {
+                    tracing::info!(
+                        actor = "poller",
+                        "published timers marked Reached after failures"
+                    );
+                }
+                self.marks.marked();
+                if let Some(until) = backoff {
+                    self.phase = Phase::BackingOff { until };
+                }
+            }
+            Err(error) => {
+                self.marks.not_marked(marked.batches);
+                tracing::error!(actor = "poller", error = %error, waiting = self.marks.timers(),
+                    "published timers not marked Reached; retrying before firing more");
+                self.retry_later(myself);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Awaits a call to Persistence, a panic included: every call answers, or the Poller would wait
+/// for its answer for ever.
+async fn answered<T>(call: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
+    AssertUnwindSafe(call)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(CallError::Messaging("the call panicked".into())))
+}

@@ -1,0 +1,140 @@
+//! When the Poller makes a fair claim, and for whom (docs/CONTRACT.md §9). The claim in `dueAt`
+//! order serves tenants by `dueAt`, so one tenant's burst due at one instant would stand in front
+//! of every other tenant's timers. While a backlog lasts, a fair claim (`storage::fair`) takes,
+//! at most every [`FAIR_EVERY`], an equal share of [`FAIR_CLAIM`] due timers among the tenants
+//! that have none held (queued or at the broker), each tenant's earliest first: the burst makes
+//! its own tenant late, not another's timer due a moment after. Tenants with timers held are
+//! skipped (the claim would only step over their claimed rows). The walk over the tenants is
+//! bounded per claim, so the next one goes on where the last stopped, and from the first tenant
+//! again once a run ends (`run`).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+
+/// How often, at most, a fair claim looks for tenants with nothing waiting while a backlog lasts.
+pub const FAIR_EVERY: Duration = Duration::from_millis(10);
+
+/// Timers one fair claim takes at most, shared equally among the tenants it serves.
+pub const FAIR_CLAIM: usize = 1_000;
+
+#[derive(Debug, Default)]
+pub struct Fairness {
+    /// When the last fair claim was asked for.
+    last: Option<Instant>,
+    /// The walk's resume point: the last tenant the previous fair claim reached when it could not
+    /// reach them all. `None`: the next walk starts from the first tenant.
+    resume_after: Option<String>,
+}
+
+/// What one fair claim asks Persistence for (`PersistenceClient::claim_fair`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FairClaim {
+    pub skip: BTreeSet<String>,
+    pub resume_after: Option<String>,
+    pub limit: usize,
+    pub fence: DateTime<Utc>,
+}
+
+impl Fairness {
+    /// Whether a fair claim is due at `now`: during a backlog, [`FAIR_EVERY`] after the last one,
+    /// and while fewer than two hold limits are held. A fair claim may go beyond the hold limit
+    /// (the claims in `dueAt` order fill it during a backlog, and the other tenants' turns must
+    /// come all the same); twice the limit still bounds memory.
+    pub fn due(&self, now: Instant, backlog: bool, held: usize, hold_limit: usize) -> bool {
+        backlog
+            && held < 2 * hold_limit
+            && self
+                .last
+                .is_none_or(|at| now.saturating_duration_since(at) >= FAIR_EVERY)
+    }
+
+    /// A fair claim is asked for at `now`, skipping `held_tenants`. `fence` is the run's
+    /// (`run::Run::fence`); between runs none of this daemon's claims is taken again by a fair
+    /// claim: the claim in `dueAt` order, which follows, takes those.
+    pub fn start(
+        &mut self,
+        now: Instant,
+        held_tenants: BTreeSet<String>,
+        fence: Option<DateTime<Utc>>,
+    ) -> FairClaim {
+        self.last = Some(now);
+        FairClaim {
+            skip: held_tenants,
+            resume_after: self.resume_after.clone(),
+            limit: FAIR_CLAIM,
+            fence: fence.unwrap_or(DateTime::UNIX_EPOCH),
+        }
+    }
+
+    /// The fair claim answered: the next walk goes on after `resume_after`.
+    pub fn answered(&mut self, resume_after: Option<String>) {
+        self.resume_after = resume_after;
+    }
+
+    /// A run ended: the next walk starts from the first tenant.
+    pub fn run_ended(&mut self) {
+        self.resume_after = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: usize = 4_000;
+
+    #[test]
+    fn a_fair_claim_is_due_during_a_backlog_at_most_every_fair_every() {
+        let t0 = Instant::now();
+        let mut fairness = Fairness::default();
+        assert!(
+            !fairness.due(t0, false, 0, LIMIT),
+            "no backlog, no fair claim"
+        );
+        assert!(fairness.due(t0, true, 0, LIMIT), "the first one at once");
+        fairness.start(t0, BTreeSet::new(), None);
+        assert!(!fairness.due(t0 + FAIR_EVERY / 2, true, 0, LIMIT));
+        assert!(fairness.due(t0 + FAIR_EVERY, true, 0, LIMIT));
+    }
+
+    #[test]
+    fn a_fair_claim_goes_beyond_the_hold_limit_but_not_twice_over() {
+        let fairness = Fairness::default();
+        let now = Instant::now();
+        assert!(fairness.due(now, true, LIMIT, LIMIT));
+        assert!(fairness.due(now, true, 2 * LIMIT - 1, LIMIT));
+        assert!(!fairness.due(now, true, 2 * LIMIT, LIMIT));
+    }
+
+    #[test]
+    fn it_skips_the_tenants_held_and_resumes_the_walk_until_a_run_ends() {
+        let mut fairness = Fairness::default();
+        let now = Instant::now();
+        let held: BTreeSet<String> = ["bulk".to_owned()].into();
+        let fence = DateTime::UNIX_EPOCH + chrono::Duration::seconds(30);
+        let first = fairness.start(now, held.clone(), Some(fence));
+        assert_eq!(
+            first,
+            FairClaim {
+                skip: held,
+                resume_after: None,
+                limit: FAIR_CLAIM,
+                fence,
+            }
+        );
+        fairness.answered(Some("m".into()));
+        let next = fairness.start(now + FAIR_EVERY, BTreeSet::new(), None);
+        assert_eq!(next.resume_after.as_deref(), Some("m"));
+        assert_eq!(
+            next.fence,
+            DateTime::UNIX_EPOCH,
+            "between runs, none of this daemon's claims is taken again"
+        );
+        fairness.run_ended();
+        let after_run = fairness.start(now + 2 * FAIR_EVERY, BTreeSet::new(), None);
+        assert_eq!(after_run.resume_after, None);
+    }
+}

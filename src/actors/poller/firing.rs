@@ -1,0 +1,233 @@
+//! The Poller's next step, taken after every message once nothing is at Persistence
+//! ([`PollerState::advance`]): settle the batches the broker answered, end the run once no
+//! claimed timer is left, then start a mark if one is due (`marks`), else the round of claims
+//! that a tick, a wake-up or a settled batch asked for (`phase::Round`). A failure backs off
+//! (100 ms, doubling to 5 s) before the next claim. A graceful stop ends here too.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use ractor::ActorRef;
+use tokio::time::Instant;
+
+use super::marks::{self, Marked};
+use super::phase::{Claim, NextClaim, Phase, Round};
+use super::queue::Waiting;
+use super::run::Run;
+use super::{PollerMsg, PollerState, STOP_GRACE, claim_size, hold_limit};
+use crate::backoff;
+use crate::domain::DueTimer;
+
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+
+impl PollerState {
+    /// The next step, once nothing is at Persistence.
+    pub(super) fn advance(&mut self, myself: &ActorRef<PollerMsg>) {
+        if self.phase.at_persistence() {
+            return;
+        }
+        self.settle(myself);
+        if self.publisher.is_empty() && self.marks.is_empty() {
+            self.end_run();
+        }
+        let now = Instant::now();
+        let backoff = self.phase.backoff(now);
+        if backoff.is_none() {
+            self.phase = Phase::Idle;
+        }
+        if self
+            .marks
+            .due(self.publisher.batches_at_broker(), backoff.is_some())
+        {
+            return self.mark(myself, backoff);
+        }
+        if !std::mem::take(&mut self.round_asked) {
+            return;
+        }
+        match backoff {
+            // The round is for the retry's wake-up; a round stopped short claims again as
+            // batches settle.
+            Some(until) => {
+                self.next_claim = NextClaim::AsBatchesSettle;
+                self.wake.after(myself, until - now);
+            }
+            None => self.begin_round(myself),
+        }
+    }
+
+    /// Settles the batches the broker answered: what it acknowledged is owed its mark, what it
+    /// did not stays `Scheduled` and is claimed again after a backoff.
+    fn settle(&mut self, myself: &ActorRef<PollerMsg>) {
+        let answers = self.publisher.take_answers();
+        if answers.is_empty() {
+            return;
+        }
+        for _ in 0..answers.lost {
+            tracing::error!(
+                actor = "poller",
+                "a publishing task ended without an outcome"
+            );
+            self.retry_later(myself);
+        }
+        let published_any = !answers.published.is_empty();
+        let mut error = None;
+        for published in answers.published {
+            if let Some(e) = published.error {
+                error.get_or_insert(e);
+            }
+            self.marks.owe(published.fired);
+        }
+        match error {
+            Some(error) => {
+                tracing::warn!(actor = "poller", error = %error,
+                    "DueTimeReached not acknowledged by the broker; timers stay Scheduled and are retried");
+                // They are behind the cursor, and claimed in this run: claim from the first due
+                // timer once the run ends, whatever wake-up is planned by then.
+                match &mut self.run {
+                    Some(run) => run.rewind(),
+                    None => self.round_asked = true,
+                }
+                self.retry_later(myself);
+            }
+            None if published_any && self.failures > 0 => {
+                tracing::info!(actor = "poller", "firing again after failures");
+                self.failures = 0;
+            }
+            None => {}
+        }
+        // More may be due, or timers wait (the fair claim of their turn may be due).
+        if self.next_claim == NextClaim::AsBatchesSettle || !self.publisher.queue_is_empty() {
+            self.round_asked = true;
+        }
+    }
+
+    /// No claimed timer is left (queued, at the broker or owed its mark): the next claim starts from the first due timer, and may take
+    /// this daemon's own claims again (what is left of them was not published).
+    fn end_run(&mut self) {
+        if let Some(run) = self.run.take() {
+            self.fairness.run_ended();
+            if run.rewinds() {
+                self.round_asked = true;
+            }
+        }
+    }
+
+    /// Begins the round of claims asked for.
+    fn begin_round(&mut self, myself: &ActorRef<PollerMsg>) {
+        // A backlog: the last claim came back full (or its round stopped short), or timers wait.
+        let backlog =
+            self.next_claim == NextClaim::AsBatchesSettle || !self.publisher.queue_is_empty();
+        // Whatever stops this round before its claim in `dueAt` order answers (no room, marks
+        // owed after a failure) leaves batches at the broker: claim again as they settle, so
+        // that no wake-up is lost.
+        self.next_claim = NextClaim::AsBatchesSettle;
+        if self.marks.failed() {
+            // Nothing new is claimed before they are marked, once no batch is at the broker.
+            return;
+        }
+        self.next_claim_of(myself, Round::begin(backlog));
+    }
+
+    /// Starts the next claim of `round`, if it has one.
+    pub(super) fn next_claim_of(&mut self, myself: &ActorRef<PollerMsg>, mut round: Round) {
+        let batch_size = self.args.batch_size;
+        let (held, limit) = (self.publisher.held(), hold_limit(batch_size));
+        let room = held + claim_size(batch_size) <= limit;
+        let now = Instant::now();
+        let fairness = &self.fairness;
+        match round.next(|backlog| fairness.due(now, backlog, held, limit), room) {
+            Some(Claim::Fair) => self.claim_fair(myself, now),
+            Some(Claim::Due) => self.claim_due(myself),
+            None => return,
+        }
+        self.phase = Phase::Claiming(round);
+    }
+
+    /// Queues claimed timers for publishing. The first claim of a run begins it.
+    pub(super) fn hold(
+        &mut self,
+        timers: Vec<DueTimer>,
+        decided_at: DateTime<Utc>,
+        started: std::time::Instant,
+    ) {
+        if timers.is_empty() {
+            return;
+        }
+        let lease = self.args.lease;
+        self.run
+            .get_or_insert_with(|| Run::begin(decided_at, lease));
+        self.publisher.hold(timers.into_iter().map(|timer| Waiting {
+            timer,
+            reached_at: decided_at,
+            started,
+        }));
+    }
+
+    /// Backs off after a failure: no claim before the delay, which doubles while failures
+    /// repeat. Monotonic: a backoff is about the broker and the disk, not about timer time.
+    pub(super) fn retry_later(&mut self, myself: &ActorRef<PollerMsg>) {
+        self.failures += 1;
+        let delay = backoff::exponential(self.failures, FIRST_RETRY, MAX_RETRY_BACKOFF);
+        self.phase = Phase::BackingOff {
+            until: Instant::now() + delay,
+        };
+        self.wake.after(myself, delay);
+    }
+
+    /// A graceful stop: waits, [`STOP_GRACE`] in all, for the batches at the broker and a mark
+    /// under way, then marks what they fired. A claim under way is not waited for: its timers
+    /// stay claimed, as the queued ones do, and are claimed again after a restart.
+    pub(super) async fn stop(&mut self) {
+        self.wake.cancel();
+        // One deadline for them all: each batch's own wait is bounded too, but a hundred of
+        // them one after another would not be.
+        let deadline = Instant::now() + STOP_GRACE;
+        let (answers, at_broker) = self.publisher.stop();
+        let mut outcomes = answers.published;
+        let mut unfinished = answers.lost;
+        for task in at_broker {
+            match tokio::time::timeout_at(deadline, task).await {
+                Ok(Ok(Some(published))) => outcomes.push(published),
+                _ => unfinished += 1,
+            }
+        }
+        for _ in 0..unfinished {
+            tracing::warn!(
+                actor = "poller",
+                "a batch in flight did not finish before the stop; it will be published again"
+            );
+        }
+        for published in outcomes {
+            if let Some(error) = published.error {
+                tracing::warn!(actor = "poller", error = %error,
+                    "DueTimeReached not acknowledged by the broker; timers stay Scheduled and are retried");
+            }
+            self.marks.owe(published.fired);
+        }
+        // What is not marked now is published again after a restart: a duplicate, not a loss.
+        let mut unmarked = None;
+        if let Phase::Marking { answer, .. } = std::mem::replace(&mut self.phase, Phase::Idle) {
+            match tokio::time::timeout_at(deadline, answer).await {
+                Ok(Ok(Marked {
+                    batches,
+                    result: Ok(count),
+                })) => marks::record(&batches, count),
+                Ok(Ok(Marked { batches, .. })) => self.marks.not_marked(batches),
+                _ => unmarked = Some("the mark under way did not answer in time".to_owned()),
+            }
+        }
+        if !self.marks.is_empty() {
+            let batches = self.marks.take();
+            let persistence = self.args.registry.persistence();
+            match persistence.mark_reached(marks::keys(&batches)).await {
+                Ok(count) => marks::record(&batches, count),
+                Err(e) => unmarked = Some(e.to_string()),
+            }
+        }
+        if let Some(error) = unmarked {
+            tracing::warn!(actor = "poller", error = %error,
+                "published timers could not be marked Reached before the stop; they will be published again");
+        }
+    }
+}
