@@ -101,11 +101,9 @@ impl Publisher {
     /// Queues claimed timers and hands what the window allows to the broker.
     pub fn hold(&mut self, timers: impl IntoIterator<Item = Waiting>) {
         for waiting in timers {
-            *self
-                .held
-                .entry(waiting.timer.tenant_id.clone())
-                .or_default() += 1;
-            self.queue.push(waiting);
+            let tenant = waiting.timer.tenant_id.clone();
+            self.queue.push(&tenant, waiting);
+            *self.held.entry(tenant).or_default() += 1;
         }
         self.launch();
     }
@@ -177,7 +175,7 @@ impl Publisher {
     /// Hands queued timers to the broker, a batch at a time, while the window has room.
     fn launch(&mut self) {
         while self.publishing < self.window.size() && !self.queue.is_empty() {
-            let batch = self.queue.next_batch(self.batch_size);
+            let batch = self.queue.pop_many(self.batch_size);
             // One `reachedAt` per batch: the latest of its claims' instants, at which every one
             // of its timers was due.
             let reached_at = batch.iter().map(|w| w.reached_at).max();
