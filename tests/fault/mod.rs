@@ -181,12 +181,13 @@ pub async fn run(plan: &Plan) -> Run {
         eprintln!("the workload did not stop within 30 s");
     }
     let ops = recorder.ops();
-    drain(&ops, &observer).await;
+    drain(&ops, &observer, &nemesis.admin.js).await;
 
     let exit = nemesis.world.stop_daemon(Duration::from_secs(15)).await;
     if !exit.is_some_and(|s| s.success()) {
         eprintln!("the daemon's final SIGTERM: {exit:?}");
     }
+    keep_daemon_logs(&nemesis.world.scratch);
     observer.flush().await;
     let stream = observer::read_event_stream(&nemesis.admin.js).await;
     let rows = observer::read_rows(&nemesis.world.database()).await;
@@ -239,14 +240,17 @@ async fn quiet_burst(client: &workload::Client, observer: &observer::Observer) -
     }
 }
 
-/// Waits until every timer whose key's last command was an acknowledged schedule has been seen
-/// firing, up to 20 s after the last of them was due.
-async fn drain(ops: &[Op], observer: &observer::Observer) {
+/// Waits until every timer whose key's last command was an acknowledged schedule has fired, up
+/// to 20 s after the last of them was due. Fired means seen by the observer, or stored in the
+/// event stream: the observer's plain subscription misses what was published while the broker
+/// was down (the daemon's retry is then dropped by the broker as a duplicate), so once the
+/// last timer is due the stream is read too, every few seconds.
+async fn drain(ops: &[Op], observer: &observer::Observer, js: &async_nats::jetstream::Context) {
     let mut last = std::collections::HashMap::new();
     for op in ops.iter().filter(|op| op.decisive()) {
         last.insert(&op.key, op.due_at());
     }
-    let expected: Vec<_> = last
+    let mut expected: Vec<_> = last
         .into_iter()
         .filter_map(|(key, due)| due.map(|due| (key, due)))
         .collect();
@@ -256,18 +260,54 @@ async fn drain(ops: &[Op], observer: &observer::Observer) {
         .max()
         .unwrap_or_else(Utc::now);
     let deadline = latest.max(Utc::now()) + chrono::Duration::seconds(20);
+    let mut stream_read: Option<tokio::time::Instant> = None;
     loop {
-        let missing = expected
-            .iter()
-            .filter(|(key, _)| observer.fired(key).is_none())
-            .count();
-        if missing == 0 && Utc::now() > latest {
+        expected.retain(|(key, _)| observer.fired(key).is_none());
+        let now = Utc::now();
+        if expected.is_empty() && now > latest {
             break;
         }
-        if Utc::now() >= deadline {
-            eprintln!("drain: {missing} expected timers had not fired 20 s after the last was due");
+        if now > latest
+            && !expected.is_empty()
+            && stream_read.is_none_or(|at| at.elapsed() >= Duration::from_secs(3))
+        {
+            stream_read = Some(tokio::time::Instant::now());
+            let stored: std::collections::HashSet<history::Key> = observer::read_event_stream(js)
+                .await
+                .iter()
+                .filter_map(|seen| checker::parse_due(&seen.subject, &seen.payload).ok())
+                .map(|event| event.key)
+                .collect();
+            expected.retain(|(key, _)| !stored.contains(*key));
+            continue;
+        }
+        if now >= deadline {
+            eprintln!(
+                "drain: {} expected timers had not fired 20 s after the last was due",
+                expected.len()
+            );
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// With `FAULT_SUITE_LOGS=DIR`, copies the daemon's logs (one file per start) into DIR, for a
+/// failed run to be read afterwards; the scratch directory goes with the run.
+fn keep_daemon_logs(scratch: &Scratch) {
+    let Some(dir) = std::env::var_os("FAULT_SUITE_LOGS") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let _ = std::fs::create_dir_all(&dir);
+    let Ok(entries) = std::fs::read_dir(scratch.dir.path()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("daemon-") {
+            let _ = std::fs::copy(entry.path(), dir.join(&name));
+        }
+    }
+    eprintln!("daemon logs copied to {}", dir.display());
 }

@@ -107,6 +107,9 @@ impl PollerState {
         match answer {
             Answer::Due(Err(e)) | Answer::Fair(Err(e)) => {
                 tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
+                if let Some(run) = &mut self.run {
+                    run.close();
+                }
                 self.retry_later(myself);
             }
             Answer::Fair(Ok(fair)) => {

@@ -126,6 +126,10 @@ impl PollerState {
             // Nothing new is claimed before they are marked, once no batch is at the broker.
             return;
         }
+        if self.run.as_ref().is_some_and(Run::closed) {
+            // A failed claim closed the run: the next claim waits for its end.
+            return;
+        }
         self.next_claim_of(myself, Round::begin(backlog));
     }
 

@@ -23,6 +23,11 @@ pub struct Run {
     /// A timer due before the cursor may be waiting (stored due before it, or its publish
     /// failed): once the run ends, claim again at once, from the first due timer.
     rewind: bool,
+    /// A claim of this run failed, its outcome unknown (a timeout may hide a commit): what it
+    /// claimed is this daemon's, with a lease the fence keeps out of every claim of the run.
+    /// No more claims in this run; once it ends, the next claim (unfenced) takes them again
+    /// at once rather than after their lease.
+    closed: bool,
 }
 
 impl Run {
@@ -35,6 +40,7 @@ impl Run {
             cursor: None,
             fence: decided_at + lease - chrono::Duration::milliseconds(1),
             rewind: false,
+            closed: false,
         }
     }
 
@@ -65,6 +71,18 @@ impl Run {
     /// Timers of this run stay `Scheduled` behind the cursor (their publish failed).
     pub fn rewind(&mut self) {
         self.rewind = true;
+    }
+
+    /// A claim of this run failed: no more claims in it, and one from the first due timer once
+    /// it ends.
+    pub fn close(&mut self) {
+        self.closed = true;
+        self.rewind = true;
+    }
+
+    /// Whether this run takes no more claims (see `closed`).
+    pub fn closed(&self) -> bool {
+        self.closed
     }
 
     /// Whether the end of this run asks for a claim from the first due timer.
@@ -116,5 +134,13 @@ mod tests {
         let mut run = Run::begin(at(0), Duration::from_secs(30));
         run.rewind();
         assert!(run.rewinds());
+    }
+
+    #[test]
+    fn a_failed_claim_closes_the_run_and_rewinds() {
+        let mut run = Run::begin(at(0), Duration::from_secs(30));
+        assert!(!run.closed());
+        run.close();
+        assert!(run.closed() && run.rewinds());
     }
 }
