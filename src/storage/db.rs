@@ -176,20 +176,41 @@ pub async fn connect_with(
     match target {
         DatabaseTarget::Sqlite { path, settings } => open(path, settings, false).await,
         DatabaseTarget::Postgres { url } => {
-            let mut options = sea_orm::ConnectOptions::new(url.clone());
-            let session = postgres.session_options();
-            // sqlx bounds the opening of a connection (and its retries while the server
-            // refuses) by the pool's acquire timeout only; SeaORM's `connect_timeout` sets the
-            // same, so one value serves both.
-            options
-                .max_connections(pool.max(1))
-                .min_connections(1)
-                .acquire_timeout(postgres.connect_timeout)
-                .sqlx_logging(false)
-                .map_sqlx_postgres_opts(move |opts| opts.options(session.clone()));
-            sea_orm::Database::connect(options).await
+            connect_postgres(url, pool, postgres.session_options(), postgres).await
         }
     }
+}
+
+/// A reader connection to PostgreSQL (see `storage::reader`): its statements run in one
+/// process of the server, never with parallel workers, so that one read (a tenant's forecast
+/// over hundreds of thousands of timers) takes one core of the server at most, not all of them
+/// with the claims that wait for a core beside it.
+pub(super) async fn connect_postgres_reader(
+    url: &str,
+    postgres: &PostgresSettings,
+) -> Result<DatabaseConnection, DbErr> {
+    let mut session = postgres.session_options();
+    session.push(("max_parallel_workers_per_gather", "0".to_owned()));
+    connect_postgres(url, 1, session, postgres).await
+}
+
+async fn connect_postgres(
+    url: &str,
+    pool: u32,
+    session: Vec<(&'static str, String)>,
+    postgres: &PostgresSettings,
+) -> Result<DatabaseConnection, DbErr> {
+    let mut options = sea_orm::ConnectOptions::new(url.to_owned());
+    // sqlx bounds the opening of a connection (and its retries while the server refuses) by
+    // the pool's acquire timeout only; SeaORM's `connect_timeout` sets the same, so one value
+    // serves both.
+    options
+        .max_connections(pool.max(1))
+        .min_connections(1)
+        .acquire_timeout(postgres.connect_timeout)
+        .sqlx_logging(false)
+        .map_sqlx_postgres_opts(move |opts| opts.options(session.clone()));
+    sea_orm::Database::connect(options).await
 }
 
 async fn open(

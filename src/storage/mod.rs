@@ -49,6 +49,19 @@ use postgres::Postgres;
 use sqlite::Sqlite;
 
 pub use db::{PostgresSettings, SqliteSettings, Synchronous};
+
+/// The PostgreSQL claim statement in `dueAt` order as the store runs it, with the settings of
+/// its transaction: for tests that read its plan.
+#[doc(hidden)]
+pub fn postgres_claim_statement(
+    claimant: &Claimant,
+    limit: usize,
+) -> (&'static str, sea_orm::Statement) {
+    (
+        postgres::firing::FIRING_SETTINGS,
+        postgres::firing::claim_statement(None, None, limit, None, claimant),
+    )
+}
 pub use error::StoreError;
 pub use probe::{MIN_FREE_BYTES, NameHold};
 pub use queries::PendingCounts;

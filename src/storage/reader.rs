@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::db::{DatabaseTarget, connect_with, open_sqlite_reader};
+use super::db::{DatabaseTarget, connect_postgres_reader, open_sqlite_reader};
 use super::postgres::Postgres;
 use super::sqlite::{ReadDeadline, Sqlite};
 use super::{PostgresSettings, Store, StoreError};
@@ -31,9 +31,10 @@ impl Store {
                 let backend = Sqlite::reader(&db, path, settings, deadline).await?;
                 (db, Arc::new(backend))
             }
-            DatabaseTarget::Postgres { .. } => {
-                (connect_with(target, 1, postgres).await?, Arc::new(Postgres))
-            }
+            DatabaseTarget::Postgres { url } => (
+                connect_postgres_reader(url, postgres).await?,
+                Arc::new(Postgres),
+            ),
         };
         Ok(Self {
             db,

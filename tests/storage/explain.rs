@@ -21,6 +21,8 @@ pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, Str
     };
     let due = due_query(Utc::now(), Some(&after), "me", 100);
     let mut shapes = vec![("claim due".to_owned(), backend.build(&due))];
+    // The settings a shape's own transaction runs with, where it has some.
+    let mut settings = std::collections::HashMap::new();
     let cursor = ListCursor {
         due_at: Some(Utc::now()),
         service_call_id: "x".into(),
@@ -76,6 +78,15 @@ pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, Str
         "forecast".to_owned(),
         backend.build(&forecast_query("acme", &window)),
     ));
+    if backend == DatabaseBackend::Postgres {
+        let claimant = timer_service::storage::Claimant {
+            name: "me".into(),
+            lease: std::time::Duration::from_secs(30),
+        };
+        let (firing, claim) = timer_service::storage::postgres_claim_statement(&claimant, 2_000);
+        settings.insert("claim due (PostgreSQL)", firing);
+        shapes.push(("claim due (PostgreSQL)".to_owned(), claim));
+    }
     let mut plans = Vec::new();
     for (name, statement) in shapes {
         let values = statement.values.map(|v| v.0).unwrap_or_default();
@@ -97,6 +108,9 @@ pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, Str
             let txn = db.begin().await?;
             txn.execute_unprepared("SET LOCAL enable_seqscan = off")
                 .await?;
+            if let Some(own) = settings.get(name.as_str()) {
+                txn.execute_unprepared(own).await?;
+            }
             let explain = Statement::from_sql_and_values(
                 backend,
                 format!("EXPLAIN {}", statement.sql),

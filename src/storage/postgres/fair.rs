@@ -23,8 +23,8 @@ const WALK: &str = concat!(
      clock AS MATERIALIZED (SELECT ",
     server_text!("COALESCE($2::timestamptz, statement_timestamp())"),
     " AS now_text) \
-     SELECT w.tenant, EXISTS (SELECT 1 FROM timer_schedules s, clock WHERE s.tenant_id = w.tenant \
-       AND s.state = 'Scheduled' AND s.due_at <= clock.now_text) AS due \
+     SELECT w.tenant, EXISTS (SELECT 1 FROM timer_schedules s WHERE s.tenant_id = w.tenant \
+       AND s.state = 'Scheduled' AND s.due_at <= (SELECT now_text FROM clock)) AS due \
      FROM (SELECT tenant FROM walk WHERE tenant IS NOT NULL LIMIT $3) w"
 );
 
@@ -39,7 +39,7 @@ const CLAIM: &str = concat!(
     server_text!("t + $2 * interval '1 millisecond'"),
     " AS until_text, \
        (extract(epoch FROM t) * 1000000)::bigint AS now_us FROM instant), \
-     picked AS (SELECT t.ctid FROM timer_schedules t, clock \
+     picked AS (SELECT t.ctid FROM timer_schedules t \
        WHERE t.ctid = ANY (ARRAY( \
            SELECT x.ctid FROM clock, unnest($6::text[]) AS d(tenant) CROSS JOIN LATERAL ( \
              SELECT s.ctid FROM timer_schedules s \
@@ -48,8 +48,8 @@ const CLAIM: &str = concat!(
                AND (s.claim_until IS NULL OR s.claim_until < clock.now_text \
                  OR (s.claimed_by = $1 AND s.claim_until < $5)) \
              ORDER BY s.due_at, s.service_call_id LIMIT $3) x)) \
-         AND t.state = 'Scheduled' AND t.due_at <= clock.now_text \
-         AND (t.claim_until IS NULL OR t.claim_until < clock.now_text \
+         AND t.state = 'Scheduled' AND t.due_at <= (SELECT now_text FROM clock) \
+         AND (t.claim_until IS NULL OR t.claim_until < (SELECT now_text FROM clock) \
            OR (t.claimed_by = $1 AND t.claim_until < $5)) \
        FOR UPDATE OF t SKIP LOCKED), \
      claimed AS (UPDATE timer_schedules t \

@@ -35,7 +35,7 @@ macro_rules! server_text {
 }
 
 mod fair;
-mod firing;
+pub(super) mod firing;
 mod names;
 
 /// The server's clock now: `seen_at` of the daemons' rows.
