@@ -116,6 +116,48 @@ async fn streams_created_by_an_operator_are_used_as_they_are() {
     daemon.shutdown().await.unwrap();
 }
 
+/// A command consumer made with a longer ack wait (an earlier version made it with 30 s) is
+/// given the service's short one, so that commands a killed daemon held come back within
+/// seconds; everything else about it is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_consumer_with_a_long_ack_wait_gets_the_short_one() {
+    use async_nats::jetstream::stream;
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    let commands = client
+        .js
+        .create_stream(stream::Config {
+            name: "TIMER_COMMANDS".into(),
+            subjects: vec!["timer.cmd.>".into()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    commands
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("timer-service".into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: 5_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let daemon = Daemon::start(config(&server, &scratch)).await.unwrap();
+    client.barrier("acme").await;
+    let mut consumer: consumer::PullConsumer = client
+        .js
+        .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
+        .await
+        .unwrap();
+    let info = consumer.info().await.unwrap();
+    assert_eq!(info.config.ack_wait, timer_service::ports::COMMAND_ACK_WAIT);
+    assert_eq!(info.config.max_ack_pending, 5_000, "the rest kept");
+    daemon.shutdown().await.unwrap();
+}
+
 /// A command stream deleted and created again numbers its commands from 1 anew; every command
 /// of the new stream is still newer than every command of the old one (docs/CONTRACT.md §3): a
 /// cancel and a reschedule sent after the re-creation take effect, by command and by the API.

@@ -39,10 +39,12 @@ use crate::domain::{
 };
 use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus, InboundCommand};
 
+mod keepalive;
 mod quota;
 mod rejection;
 mod split;
 mod storing;
+use keepalive::KeepAlive;
 pub use quota::QuotaHandle;
 use rejection::reject;
 use storing::{Stored, hand_back, store};
@@ -114,6 +116,8 @@ pub struct CommandHandlerState {
     epochs: HashMap<StreamIncarnation, u32>,
     /// Commands accepted per tenant in the last second, for `commands_per_second`.
     rate: RateWindow,
+    /// Reports the commands held (gathered, being stored) in progress to the broker.
+    keep_alive: KeepAlive,
 }
 
 pub enum CommandHandlerMsg {
@@ -144,6 +148,7 @@ impl Actor for CommandHandler {
             store_failure: None,
             epochs: HashMap::new(),
             rate: RateWindow::default(),
+            keep_alive: KeepAlive::start(),
         })
     }
 
@@ -247,6 +252,8 @@ impl Actor for CommandHandler {
 /// incarnation's epoch and its sequence there; the commands of an incarnation whose epoch
 /// cannot be had now (the database fails) are handed back to the broker, as a failed store.
 async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundCommand>) {
+    // Held from now on: the epoch or the quotas may wait for the database.
+    state.keep_alive.hold(commands.iter().map(|c| &c.delivery));
     learn_epochs(state, &commands).await;
     let args = &state.args;
     let now = args.clock.now();

@@ -252,7 +252,7 @@ fn inbound(message: jetstream::Message, stream: Arc<StreamIncarnation>) -> Optio
         sequence,
         stream,
         redelivered,
-        delivery: Box::new(JetStreamDelivery(acker)),
+        delivery: Arc::new(JetStreamDelivery(acker)),
     })
 }
 
@@ -274,6 +274,13 @@ impl Delivery for JetStreamDelivery {
     async fn nak(&self, delay: Duration) -> Result<(), BusError> {
         self.0
             .ack_with(AckKind::Nak((!delay.is_zero()).then_some(delay)))
+            .await
+            .map_err(|e| BusError(e.to_string()))
+    }
+
+    async fn progress(&self) -> Result<(), BusError> {
+        self.0
+            .ack_with(AckKind::Progress)
             .await
             .map_err(|e| BusError(e.to_string()))
     }

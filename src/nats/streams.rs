@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::consumer::FromConsumer;
 use async_nats::jetstream::{self, consumer, stream};
 
 use crate::domain::{StreamIncarnation, Subjects};
@@ -34,8 +35,7 @@ impl Default for BrokerNames {
     }
 }
 
-/// How long an unacknowledged command waits before the broker delivers it again.
-pub const COMMAND_ACK_WAIT: Duration = Duration::from_secs(30);
+pub use crate::ports::COMMAND_ACK_WAIT;
 
 /// The command stream: a work queue, since a command acknowledged by the service is in SQLite
 /// and the broker need not keep it.
@@ -69,13 +69,15 @@ pub async fn ensure_broker_objects(
 }
 
 /// The durable pull consumer the CommandHandler reads from: explicit acks, redelivered
-/// without limit until the service stores or refuses each command.
+/// without limit until the service stores or refuses each command. A consumer found with a
+/// longer ack wait (made by an earlier version, with 30 s) is given [`COMMAND_ACK_WAIT`];
+/// should the broker refuse that, it is used as it is, with a warning.
 pub async fn ensure_command_consumer(
     js: &jetstream::Context,
     names: &BrokerNames,
 ) -> Result<consumer::PullConsumer, async_nats::Error> {
     let stream = ensure_command_stream(js, names).await?;
-    Ok(stream
+    let mut consumer = stream
         .get_or_create_consumer(
             &names.consumer,
             consumer::pull::Config {
@@ -86,7 +88,24 @@ pub async fn ensure_command_consumer(
                 ..Default::default()
             },
         )
-        .await?)
+        .await?;
+    let found = consumer.cached_info().config.ack_wait;
+    if found > COMMAND_ACK_WAIT {
+        let mut config = consumer.cached_info().config.clone();
+        config.ack_wait = COMMAND_ACK_WAIT;
+        let config = consumer::pull::Config::try_from_consumer_config(config)?;
+        match stream.create_consumer(config).await {
+            Ok(updated) => {
+                tracing::info!(consumer = %names.consumer, from = ?found, to = ?COMMAND_ACK_WAIT,
+                    "the command consumer's ack wait shortened: held commands come back sooner");
+                consumer = updated;
+            }
+            Err(e) => tracing::warn!(consumer = %names.consumer, ack_wait = ?found, error = %e,
+                "the command consumer's ack wait cannot be shortened; commands a stopped daemon \
+                 held come back only after it"),
+        }
+    }
+    Ok(consumer)
 }
 
 /// The event stream `DueTimeReached` and `TimerCommandRejected` are published to. Its

@@ -10,6 +10,12 @@ use bytes::Bytes;
 use super::event_bus::BusError;
 use crate::domain::StreamIncarnation;
 
+/// How long a delivered command that is neither settled nor reported in progress waits
+/// before the broker delivers it again: short, so that the commands a daemon held when it was
+/// killed or frozen come back within seconds. A daemon holding a command longer (a slow
+/// commit) reports it in progress meanwhile ([`Delivery::progress`]).
+pub const COMMAND_ACK_WAIT: Duration = Duration::from_secs(5);
+
 /// Settles one delivered command with the broker.
 #[async_trait]
 pub trait Delivery: Send + Sync {
@@ -19,6 +25,9 @@ pub trait Delivery: Send + Sync {
     async fn term(&self) -> Result<(), BusError>;
     /// The command could not be handled now: deliver it again after `delay`.
     async fn nak(&self, delay: Duration) -> Result<(), BusError>;
+    /// The command is still being worked on (its commit is under way): do not deliver it again
+    /// for another ack wait.
+    async fn progress(&self) -> Result<(), BusError>;
 }
 
 /// One delivered command.
@@ -34,7 +43,8 @@ pub struct InboundCommand {
     /// Whether the broker delivered it before (it was handed back, or its daemon stopped
     /// before settling it): it was counted against its tenant's rate then.
     pub redelivered: bool,
-    pub delivery: Box<dyn Delivery>,
+    /// Shared with the keep-alive that reports it in progress while it is held.
+    pub delivery: Arc<dyn Delivery>,
 }
 
 impl std::fmt::Debug for InboundCommand {

@@ -7,5 +7,7 @@ pub mod event_bus;
 
 pub use api::{ApiReply, ApiRequest, ApiServer, CommandPublisher};
 pub use clock::{Clock, SystemClock};
-pub use command_source::{CommandSource, CommandSourceFactory, Delivery, InboundCommand};
+pub use command_source::{
+    COMMAND_ACK_WAIT, CommandSource, CommandSourceFactory, Delivery, InboundCommand,
+};
 pub use event_bus::{BusError, EventBus, OutgoingEvent};
