@@ -477,18 +477,24 @@ fn check_liveness(run: &Run, verdict: &mut Verdict) {
 
 /// Periods in which a command may be held up: each fault that disturbs (not one tenant's heavy
 /// reads, which the service must absorb) from its start until its probes fired (the whole rest
-/// of the run if they never did), plus [`DISTURBED_GRACE`].
+/// of the run if they never did), and at least until the commands the service held when it
+/// broke are delivered again (the command consumer's ack wait after the heal), plus
+/// [`DISTURBED_GRACE`].
 pub fn disturbed_windows(run: &Run, refire: &[Option<Duration>]) -> Vec<Window> {
     let end = run
         .ended
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+    let held_back = Duration::from_std(timer_service::ports::COMMAND_ACK_WAIT)
+        .unwrap_or_else(|_| Duration::seconds(5));
     run.faults
         .iter()
         .zip(refire)
         .filter(|(fault, _)| fault.skipped.is_none() && fault.disturbs)
         .map(|(fault, refire)| Window {
             from: fault.started,
-            to: refire.map_or(end, |took| fault.healed + took + DISTURBED_GRACE),
+            to: refire.map_or(end, |took| {
+                fault.healed + took.max(held_back) + DISTURBED_GRACE
+            }),
         })
         .collect()
 }
@@ -1054,16 +1060,16 @@ pub(crate) mod tests {
         let mut history = run(
             vec![
                 schedule("probe-1", 1_500, 600),
-                schedule("k1", 7_000, 10),
-                op("k1", Command::Cancel, Outcome::Acked, 4_000),
+                schedule("k1", 12_000, 10),
+                op("k1", Command::Cancel, Outcome::Acked, 9_000),
             ],
             vec![
                 event("probe-1", 1_500, 1_501, 1_502),
-                event("k1", 7_000, 7_001, 7_002),
+                event("k1", 12_000, 12_001, 12_002),
             ],
             vec![
                 row("probe-1", "Reached", Some(1_500)),
-                row("k1", "Reached", Some(7_000)),
+                row("k1", "Reached", Some(12_000)),
             ],
         );
         history.faults.push(FaultRecord {
@@ -1075,9 +1081,43 @@ pub(crate) mod tests {
             notes: vec![],
             disturbs: true,
         });
-        // The fault's window ends 2 s after its probe fired (at 1.5 s): the cancel came later.
+        // The fault's window ends 2 s after the commands it held are back (an ack wait, 5 s,
+        // after the heal at 0.5 s): the cancel came later.
         let verdict = check(&history);
         assert_eq!(broken(&verdict), [Invariant::LastWins]);
+    }
+
+    #[test]
+    fn a_command_held_by_a_killed_daemon_until_its_ack_wait_ran_out_is_excused() {
+        let probe = key("probe-1");
+        let mut history = run(
+            vec![
+                schedule("probe-1", 1_500, 600),
+                schedule("k1", 5_000, 10),
+                op("k1", Command::Cancel, Outcome::Acked, 100),
+            ],
+            vec![
+                event("probe-1", 1_500, 1_501, 1_502),
+                event("k1", 5_000, 5_001, 5_002),
+            ],
+            vec![
+                row("probe-1", "Reached", Some(1_500)),
+                row("k1", "Reached", Some(5_000)),
+            ],
+        );
+        history.faults.push(FaultRecord {
+            name: "daemon SIGKILL".into(),
+            started: t(0),
+            healed: t(500),
+            probes: vec![probe],
+            skipped: None,
+            notes: vec![],
+            disturbs: true,
+        });
+        // The cancel was delivered to the daemon killed at 0 and came back an ack wait later,
+        // after the timer fired at 5 s.
+        let verdict = check(&history);
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
     }
 
     #[test]
