@@ -121,7 +121,7 @@ impl Health {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The health now: a database that does not answer (see [`Inner::silence`]) shows as a
+    /// The health now: a database that does not answer (see `Inner::silence`) shows as a
     /// storage error when no operation has failed (yet).
     pub fn status(&self) -> Status {
         let inner = self.lock();

@@ -22,13 +22,18 @@
 //!   by `sqlite/` and `postgres/`, each with its `firing` (claim, mark) and `fair` SQL and its
 //!   clock (`postgres/names` too); one shared module per family of queries: `commands`,
 //!   `firing`, `fair` (claims by tenant in turn), `queries`, `quotas`, `retention`, `probe`;
-//!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints).
-//! - [`actors`]: the Supervisor and its children — Persistence (with its client), Checkpointer,
-//!   CommandHandler, Poller (with its queue by tenant and the broker's window), ApiResponder,
-//!   Janitor, Gauges, Http — and the Registry.
+//!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints),
+//!   `reader` (reader connections and the time limit of their reads).
+//! - [`actors`]: the Supervisor and its children — Persistence (its `lanes`, the `worker` of each
+//!   connection, the `operation`s and their client), Checkpointer, CommandHandler (`storing`,
+//!   `split`, `quota`, `keepalive`), Poller (`phase`, `firing`, `calls`, `run`, `marks`,
+//!   `fairness`, `publisher` with its queue by tenant and the broker's window, `wake`),
+//!   ApiResponder (`admission` of each tenant's requests), Janitor, Gauges, Http — and the
+//!   Registry.
 //! - [`config`]: `config.toml` + `TIMER_*` environment overrides (`env`, `validate`,
-//!   `duration`, `redact`, `sqlite`, `postgres`, `quotas`, `changes`).
+//!   `duration`, `redact`, `sqlite`, `postgres`, `quotas`, `metrics`, `api`, `changes`).
 //! - [`backoff`]: the retry delays. [`health`]: what the daemon knows of its own health.
+//!   [`turns`]: a queue whose keys (tenants) take turns.
 //! - [`telemetry`]: metric names, the Prometheus recorder, and log formats.
 //! - [`client`]: a client of the public contract; [`cli`]: the `timer-service timers` commands.
 //! - [`daemon`]: wiring it all together, and the quota reload on SIGHUP; [`run`] is what

@@ -1,22 +1,15 @@
 //! CommandHandler actor: pulls commands in batches, validates each, hands the valid ones to
-//! Persistence in one transaction and acknowledges them to the broker only after the commit.
+//! Persistence in one transaction and acknowledges them to the broker only after the commit
+//! (`storing`, which also splits a batch around the commands the database refuses).
 //!
-//! A crash before the ack means the broker delivers the commands again, and the upsert is
-//! idempotent. Up to [`STORE_PIPELINE_DEPTH`] transactions are under way at once, and while
-//! they are, what is pulled meanwhile is gathered (up to [`GROUP_MAX`] commands) into the next
-//! one: one pull still takes at most `batch_size` commands, but under load every commit carries
-//! thousands, so a small `batch_size` costs no throughput. Persistence applies the
-//! transactions in the order they were handed over. A bad command is reported (`TimerCommandRejected`),
-//! logged and terminated on the broker; it never holds up the good commands around it.
-//!
-//! When a batch cannot be stored (a full disk, a locked or vanished file) its commands are
-//! handed back to the broker, unacknowledged, and the handler stops pulling: it waits a
-//! backoff, then lets one batch at a time probe the database until one is stored, and resumes
-//! by itself. Commands wait in JetStream meanwhile, and each attempt logs one error.
-//!
-//! The storing of a transaction (its acknowledgement once committed, the split around commands
-//! the database refuses) is `storing`'s. Between validation and storage, the per-tenant quotas are applied (`quota`): a command past
-//! a tenant's limit is rejected like a bad one.
+//! A crash before the ack means the broker delivers the commands again (within its short ack
+//! wait; `keepalive` reports what is held longer in progress), and the upsert is idempotent.
+//! While a transaction is under way ([`STORE_PIPELINE_DEPTH`]), what is pulled meanwhile is
+//! gathered (up to [`GROUP_MAX`] commands) into the next, so under load a commit carries
+//! thousands whatever `batch_size` is. A bad command, or one past its tenant's quota
+//! (`quota`), is rejected and terminated; it never holds up the good ones around it. When a
+//! batch cannot be stored its commands are handed back unacknowledged, and the handler backs
+//! off, letting one batch at a time probe the database until one is stored.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
