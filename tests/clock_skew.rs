@@ -37,7 +37,10 @@ async fn daemons_with_wrong_clocks_fire_by_the_database_clock() {
         return;
     }
     let Some(faketime) = faketime_library() else {
-        eprintln!("skipped: libfaketime not found (scripts/faketime-lib.sh, or set FAKETIME_LIB)");
+        common::lacking(
+            "clock skew",
+            "libfaketime not found (scripts/faketime-lib.sh, or set FAKETIME_LIB)",
+        );
         return;
     };
     let server = NatsServer::start();

@@ -194,7 +194,10 @@ impl Actor for EndlessBacklog {
         {
             self.0.fetch_add(1, Ordering::SeqCst);
             let limit = operation.rows;
-            operation.answer(Ok::<u64, StoreError>(limit as u64));
+            operation.answer(Ok::<(u64, Duration), StoreError>((
+                limit as u64,
+                Duration::ZERO,
+            )));
         }
         Ok(())
     }

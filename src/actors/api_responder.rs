@@ -253,7 +253,29 @@ mod tests {
 
     use super::*;
     use crate::domain::StreamIncarnation;
-    use crate::ports::{ApiReply, BusError, SystemClock};
+    use crate::ports::{ApiReply, BusError, PublishError, SystemClock};
+
+    /// A publisher whose command was stored (a PubAck came) but whose stream's incarnation could
+    /// not be read afterwards.
+    struct StoredUnordered;
+
+    #[async_trait]
+    impl CommandPublisher for StoredUnordered {
+        async fn publish(
+            &self,
+            _subject: String,
+            _payload: Bytes,
+        ) -> Result<(StreamIncarnation, u64), PublishError> {
+            Err(PublishError::Unordered {
+                seq: 7,
+                reason: "stream TIMER_COMMANDS unavailable".into(),
+            })
+        }
+
+        async fn handled_through(&self) -> Result<u64, BusError> {
+            Ok(0)
+        }
+    }
 
     /// A publisher that fails the way a bug would: by panicking.
     struct PanickingPublisher;
@@ -264,7 +286,7 @@ mod tests {
             &self,
             _subject: String,
             _payload: Bytes,
-        ) -> Result<(StreamIncarnation, u64), BusError> {
+        ) -> Result<(StreamIncarnation, u64), PublishError> {
             panic!("a bug while publishing");
         }
 
@@ -297,9 +319,13 @@ mod tests {
     }
 
     fn handler() -> Handler {
+        handler_with(Arc::new(PanickingPublisher))
+    }
+
+    fn handler_with(publisher: Arc<dyn CommandPublisher>) -> Handler {
         Handler {
             persistence: crate::actors::registry::Registry::new("api-test").persistence(),
-            publisher: Arc::new(PanickingPublisher),
+            publisher,
             clock: Arc::new(SystemClock),
             subjects: Subjects::default(),
             epochs: Arc::default(),
@@ -350,5 +376,29 @@ mod tests {
         )
         .await;
         assert_eq!(codes(&replies), [400], "no panic, the request's own answer");
+    }
+
+    /// A cancel whose PubAck came is in the stream and applied from there, whatever fails
+    /// after: the answer says so, never that the stream did not store it.
+    #[tokio::test]
+    async fn a_cancel_stored_but_not_ordered_is_not_called_unstored() {
+        let handler = handler_with(Arc::new(StoredUnordered));
+        let error = handler
+            .handle("timer.api.cancel.acme", br#"{"serviceCallId":"sc-7"}"#)
+            .await
+            .unwrap_err();
+        assert_eq!(error.code, 500);
+        assert!(
+            error
+                .message
+                .contains("is in the command stream (sequence 7) and is applied from there"),
+            "{}",
+            error.message
+        );
+        assert!(
+            !error.message.contains("did not store"),
+            "{}",
+            error.message
+        );
     }
 }

@@ -11,7 +11,7 @@
 //! failed step (storage failing) waits for the next sweep; the Janitor never fails over it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -115,7 +115,6 @@ impl Actor for Janitor {
                 state.sweeping = false;
                 let keep = state.args.keep_finished;
                 let rows = state.step.rows();
-                let started = Instant::now();
                 match state
                     .args
                     .registry
@@ -123,8 +122,8 @@ impl Actor for Janitor {
                     .delete_finished(state.args.clock.now(), keep, rows)
                     .await
                 {
-                    Ok(deleted) => {
-                        state.step.took(started.elapsed());
+                    Ok((deleted, took)) => {
+                        state.step.took(took);
                         metrics::counter!(crate::telemetry::RETENTION_DELETED).increment(deleted);
                         state.swept += deleted;
                         if deleted as usize >= rows {
@@ -149,7 +148,7 @@ impl Actor for Janitor {
 }
 
 /// The rows of the next step: fewer while steps take longer than [`STEP_TARGET`] (scattered
-/// keys, a busy disk, the writer busy with firing), more while they take under half of it.
+/// keys, a busy disk), more while they take under half of it.
 #[derive(Debug, Clone, Copy)]
 pub struct Step(usize);
 
@@ -164,7 +163,7 @@ impl Step {
         self.0
     }
 
-    /// The last step took `took`, from the request to the answer.
+    /// The last step held the writer `took` (its wait in the lane not counted).
     pub fn took(&mut self, took: Duration) {
         if took > STEP_TARGET {
             self.0 = (self.0 * 3 / 4).max(MIN_STEP);

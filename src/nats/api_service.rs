@@ -23,7 +23,7 @@ use crate::domain::api::{ApiError, Verb};
 #[cfg(test)]
 use crate::domain::subjects::DEFAULT_INBOX_PREFIX;
 use crate::domain::{StreamIncarnation, Subjects};
-use crate::ports::{ApiReply, ApiRequest, ApiServer, BusError, CommandPublisher};
+use crate::ports::{ApiReply, ApiRequest, ApiServer, BusError, CommandPublisher, PublishError};
 
 /// The service name in discovery (`nats micro ls`).
 pub const SERVICE_NAME: &str = "timer-service";
@@ -293,18 +293,27 @@ impl CommandPublisher for JetStreamCommandPublisher {
         &self,
         subject: String,
         payload: Bytes,
-    ) -> Result<(StreamIncarnation, u64), BusError> {
-        let before = incarnation(&self.js, &self.names.command_stream).await?;
+    ) -> Result<(StreamIncarnation, u64), PublishError> {
+        let before = incarnation(&self.js, &self.names.command_stream)
+            .await
+            .map_err(|e| PublishError::NotStored(e.0))?;
         let ack = self
             .js
             .publish(subject, payload)
             .await
-            .map_err(|e| BusError(format!("publish failed: {e}")))?
+            .map_err(|e| PublishError::NotStored(format!("publish failed: {e}")))?
             .await
-            .map_err(|e| BusError(format!("no PubAck: {e}")))?;
-        let after = incarnation(&self.js, &self.names.command_stream).await?;
+            .map_err(|e| PublishError::NotStored(format!("no PubAck: {e}")))?;
+        // Stored from here on: whatever fails now, the command is in the stream.
+        let unordered = |reason: String| PublishError::Unordered {
+            seq: ack.sequence,
+            reason,
+        };
+        let after = incarnation(&self.js, &self.names.command_stream)
+            .await
+            .map_err(|e| unordered(e.0))?;
         if before != after {
-            return Err(BusError(format!(
+            return Err(unordered(format!(
                 "the command stream was created anew while the command was published ({before}, then {after})"
             )));
         }

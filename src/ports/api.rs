@@ -30,6 +30,18 @@ pub trait ApiServer: Send + Sync + 'static {
     async fn start(&self) -> Result<BoxStream<'static, ApiRequest>, BusError>;
 }
 
+/// Why a published command has no place in the order to report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// The command stream did not store it.
+    #[error("the command stream did not store it: {0}")]
+    NotStored(String),
+    /// Stored at `seq` (the PubAck came), but in which incarnation of the stream cannot be told
+    /// now: it is applied from the stream all the same.
+    #[error("stored at sequence {seq}, but its stream's incarnation cannot be told: {reason}")]
+    Unordered { seq: u64, reason: String },
+}
+
 /// Publishes a command to the command stream, returning, once stored, the incarnation of the
 /// stream that stored it and its sequence there.
 #[async_trait]
@@ -38,7 +50,7 @@ pub trait CommandPublisher: Send + Sync + 'static {
         &self,
         subject: String,
         payload: Bytes,
-    ) -> Result<(StreamIncarnation, u64), BusError>;
+    ) -> Result<(StreamIncarnation, u64), PublishError>;
 
     /// The stream sequence up to which every command has been handled (stored or refused).
     async fn handled_through(&self) -> Result<u64, BusError>;

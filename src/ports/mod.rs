@@ -5,7 +5,7 @@ pub mod clock;
 pub mod command_source;
 pub mod event_bus;
 
-pub use api::{ApiReply, ApiRequest, ApiServer, CommandPublisher};
+pub use api::{ApiReply, ApiRequest, ApiServer, CommandPublisher, PublishError};
 pub use clock::{Clock, SystemClock};
 pub use command_source::{
     COMMAND_ACK_WAIT, CommandSource, CommandSourceFactory, Delivery, InboundCommand,

@@ -107,6 +107,16 @@ impl Scratch {
     }
 }
 
+/// Says that a test, or a part of it, is skipped for want of a server or library (`why`) this
+/// machine lacks. Under `CI=true` it fails instead: CI must provide what the tests need, and a
+/// check that passes because its part is absent cannot fail.
+pub fn lacking(what: &str, why: &str) {
+    if std::env::var("CI").is_ok_and(|ci| ci == "true" || ci == "1") {
+        panic!("{what}: {why}; under CI=true the machine must provide it");
+    }
+    eprintln!("{what}: skipped, {why}");
+}
+
 /// Daemon configuration for a test: its own database, the test's broker, default intervals
 /// (so a timer firing well inside the 5 s polling interval proves the exact wake-up).
 pub fn config(server: &NatsServer, scratch: &Scratch) -> Config {

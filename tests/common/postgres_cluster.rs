@@ -118,12 +118,16 @@ impl PostgresCluster {
     }
 
     /// A PostgreSQL cluster of the test's own, or `None` with a printed notice when this machine
-    /// has no PostgreSQL binaries (the test is then skipped).
+    /// has no PostgreSQL binaries (the test is then skipped; under `CI=true` it fails, see
+    /// [`super::lacking`]).
     pub fn start_or_skip(what: &str) -> Option<Self> {
         match Self::start() {
             Ok(cluster) => Some(cluster),
             Err(why) => {
-                eprintln!("{what}: skipped, it needs a PostgreSQL server of its own: {why}");
+                super::lacking(
+                    what,
+                    &format!("it needs a PostgreSQL server of its own: {why}"),
+                );
                 None
             }
         }

@@ -90,8 +90,9 @@ pub async fn run(plan: &Plan) -> Run {
         .then(|| {
             tokio::task::block_in_place(PostgresCluster::start)
                 .map_err(|why| {
-                    eprintln!(
-                        "the database faults will be skipped, and the shared server used: {why}"
+                    crate::common::lacking(
+                        "the database faults",
+                        &format!("the shared server is used instead of one of their own: {why}"),
                     )
                 })
                 .ok()
@@ -110,7 +111,7 @@ pub async fn run(plan: &Plan) -> Run {
     // On PostgreSQL too: there the database server's clock judges, and a daemon whose own
     // clock is stepped must fire nothing early.
     let faketime = Faketime::find(scratch.dir.path())
-        .map_err(|why| eprintln!("the clock fault will be skipped: {why}"))
+        .map_err(|why| crate::common::lacking("the clock fault", &why))
         .ok();
     let http = format!("127.0.0.1:{}", free_port());
     let mut env = vec![

@@ -18,7 +18,7 @@ use crate::domain::command::{cancel_timer_command, generated_correlation_id};
 use crate::domain::forecast::ForecastWindow;
 use crate::domain::tenant::check_tenant_id;
 use crate::domain::{Action, Command, StreamIncarnation, Subjects, command_order};
-use crate::ports::{Clock, CommandPublisher};
+use crate::ports::{Clock, CommandPublisher, PublishError};
 use crate::storage::StoreError;
 
 /// How long a cancel waits for the commands published before it to be handled, so that its
@@ -148,22 +148,27 @@ impl Handler {
         let envelope = cancel_timer_command(tenant_id, &service_call_id, &correlation_id, now);
         let bytes = serde_json::to_vec(&envelope)
             .map_err(|e| ApiError::internal(format!("cannot encode the CancelTimer: {e}")))?;
-        let (stream, seq) = self
-            .publisher
-            .publish(self.subjects.cancel(tenant_id), Bytes::from(bytes))
-            .await
-            .map_err(|e| {
-                ApiError::internal(format!(
-                    "cancel not accepted: the command stream did not store it ({e})"
-                ))
-            })?;
-        self.wait_for_earlier_commands(seq).await;
-        let not_ordered = |e: String| {
+        let not_ordered = |seq: u64, e: String| {
             ApiError::internal(format!(
                 "the CancelTimer is in the command stream (sequence {seq}) and is applied from \
                  there, but its place in the order cannot be told now: {e}"
             ))
         };
+        let (stream, seq) = match self
+            .publisher
+            .publish(self.subjects.cancel(tenant_id), Bytes::from(bytes))
+            .await
+        {
+            Ok(published) => published,
+            Err(PublishError::NotStored(e)) => {
+                return Err(ApiError::internal(format!(
+                    "cancel not accepted: the command stream did not store it ({e})"
+                )));
+            }
+            Err(PublishError::Unordered { seq, reason }) => return Err(not_ordered(seq, reason)),
+        };
+        self.wait_for_earlier_commands(seq).await;
+        let not_ordered = |e: String| not_ordered(seq, e);
         let epoch = self
             .epoch_of(stream)
             .await

@@ -353,19 +353,27 @@ impl PersistenceClient {
         .await
     }
 
-    /// Deletes up to `limit` timers finished more than `keep` ago (retention).
+    /// Deletes up to `limit` timers finished more than `keep` ago (retention); returns how
+    /// many, and how long the transaction held its connection (not counting its wait in the
+    /// lane: what a claim arriving meanwhile waits for).
     pub async fn delete_finished(
         &self,
         now: DateTime<Utc>,
         keep: std::time::Duration,
         limit: usize,
-    ) -> Result<u64, CallError> {
+    ) -> Result<(u64, Duration), CallError> {
         self.run(
             "delete_finished",
             Class::Background,
             Op::Write,
             limit,
-            move |store, _| Box::pin(store.delete_finished(now, keep, limit)),
+            move |store, _| {
+                Box::pin(async move {
+                    let started = std::time::Instant::now();
+                    let deleted = store.delete_finished(now, keep, limit).await?;
+                    Ok((deleted, started.elapsed()))
+                })
+            },
         )
         .await
     }
