@@ -235,6 +235,16 @@ fn a_bad_value_or_unknown_key_names_the_key_and_its_source() {
             &["http.listen", "TIMER_HTTP_LISTEN"],
         ),
         (
+            Some("[api]\nread_connections = 0"),
+            &[],
+            &["api.read_connections", "config.toml"],
+        ),
+        (
+            None,
+            &[("TIMER_API_READ_TIMEOUT", "0")],
+            &["api.read_timeout", "TIMER_API_READ_TIMEOUT"],
+        ),
+        (
             None,
             &[("TIMER_LOG_FORMAT", "xml")],
             &["format", "TIMER_LOG_FORMAT"],
