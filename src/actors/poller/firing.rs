@@ -36,9 +36,11 @@ impl PollerState {
         if backoff.is_none() {
             self.phase = Phase::Idle;
         }
-        if self
-            .marks
-            .due(self.publisher.batches_at_broker(), backoff.is_some())
+        let claims_first = self.round_asked && backoff.is_none() && self.marks.yields_to_claims();
+        if !claims_first
+            && self
+                .marks
+                .due(self.publisher.batches_at_broker(), backoff.is_some())
         {
             return self.mark(myself, backoff);
         }
@@ -115,6 +117,7 @@ impl PollerState {
 
     /// Begins the round of claims asked for.
     fn begin_round(&mut self, myself: &ActorRef<PollerMsg>) {
+        self.marks.claims_begin();
         // A backlog: the last claim came back full (or its round stopped short), or timers wait.
         let backlog =
             self.next_claim == NextClaim::AsBatchesSettle || !self.publisher.queue_is_empty();
