@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually, rows_by_state};
 
 /// The burst: enough that firing it takes seconds in a test build.
-const BULK: usize = 30_000;
+const BULK: usize = 50_000;
 /// The quiet tenant's timers, one every [`SMALL_EVERY_MS`] from 200 ms after the burst's instant.
 const SMALL: usize = 50;
 const SMALL_EVERY_MS: i64 = 20;
