@@ -62,6 +62,17 @@ pub fn postgres_claim_statement(
         postgres::firing::claim_statement(None, None, limit, None, claimant),
     )
 }
+/// The PostgreSQL mark statement for `keys` (tenant, service call id, `dueAt`) as the store runs
+/// it, with the settings of its transaction: for tests that read its plan.
+#[doc(hidden)]
+pub fn postgres_mark_statement(
+    keys: &[(&str, &str, DateTime<Utc>)],
+) -> (&'static str, sea_orm::Statement) {
+    (
+        postgres::firing::FIRING_SETTINGS,
+        postgres::firing::mark_statement(keys, Utc::now()),
+    )
+}
 pub use error::StoreError;
 pub use probe::{MIN_FREE_BYTES, NameHold};
 pub use queries::PendingCounts;

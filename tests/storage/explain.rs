@@ -2,7 +2,7 @@
 //! test checks that each is served by an index rather than a table scan or a sort. Built from
 //! the same statement builders the store runs.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, QueryTrait, Statement};
 use sea_orm::{DbErr, TransactionTrait};
 use timer_service::domain::api::{ListCursor, ListFilter};
@@ -86,6 +86,16 @@ pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, Str
         let (firing, claim) = timer_service::storage::postgres_claim_statement(&claimant, 2_000);
         settings.insert("claim due (PostgreSQL)", firing);
         shapes.push(("claim due (PostgreSQL)".to_owned(), claim));
+        let keys: Vec<(String, String)> = (0..100)
+            .map(|i| (format!("t{}", i % 7), format!("c{i}")))
+            .collect();
+        let keys: Vec<(&str, &str, DateTime<Utc>)> = keys
+            .iter()
+            .map(|(tenant, call)| (tenant.as_str(), call.as_str(), Utc::now()))
+            .collect();
+        let (firing, mark) = timer_service::storage::postgres_mark_statement(&keys);
+        settings.insert("mark reached (PostgreSQL)", firing);
+        shapes.push(("mark reached (PostgreSQL)".to_owned(), mark));
     }
     let mut plans = Vec::new();
     for (name, statement) in shapes {

@@ -8,7 +8,7 @@
 //!   batch is not full, when to look again.
 //! - the mark takes the keys as arrays (`unnest`), one statement text whatever their number
 //!   (one statement per claim instant); each key finds its row by a lateral lookup, and the
-//!   rows are updated by `ctid`.
+//!   rows are updated by `ctid` with the key, `due_at` and `state` checked again on the row.
 //!
 //! Both run in a firing transaction ([`FIRING_SETTINGS`]).
 
@@ -78,20 +78,48 @@ const CLAIM_AFTER: &str = claim!("AND (t.due_at, t.tenant_id, t.service_call_id)
 
 /// The mark of the timers claimed at one instant: `$1`–`$3` the keys and claimed `dueAt`s as
 /// arrays, `$4` their `reached_at`. Each key finds its row by the primary key in a lateral
-/// lookup, so the keys stay the outer side of the loop whatever the statistics say (a join
-/// of the keys to the table could put the table outside: seconds for 1,000 keys). The rows
-/// are then updated by `ctid` alone, so the only way to them is a TID scan (a condition on
-/// `state` let the planner walk the pending index instead). A row changed since the lookup
-/// has another `ctid` and is passed over; a row rescheduled since its claim (another
-/// `due_at`) is left `Scheduled`, so the new `dueAt` still fires.
+/// lookup (by the key alone: a condition on `state` there let the planner walk the pending
+/// index instead), fenced (`OFFSET 0`) so the keys stay the outer side of the loop whatever
+/// the statistics say (a join of the keys to the table could put the table outside: seconds
+/// for 1,000 keys); the rows are then reached by `ctid` (a TID scan per key). The key,
+/// `due_at` and `state` are checked on the updated row itself: a row rescheduled or cancelled
+/// since its claim is left as it is, so a new `dueAt` still fires. They must be there, not
+/// in a lookup the row is found by: when the mark waits for a row a concurrent command holds,
+/// PostgreSQL re-checks the newest version of the row against the outer conditions only, and
+/// minor releases from before late 2025 took a row found by `ctid` as matching whatever it
+/// had become (EvalPlanQual), which marked a rescheduled timer `Reached`.
 const MARK: &str = "UPDATE timer_schedules t SET state = 'Reached', reached_at = $4, \
        claimed_by = NULL, claim_until = NULL \
-     WHERE t.ctid = ANY (ARRAY( \
-         SELECT x.ctid FROM unnest($1::text[], $2::text[], $3::text[]) \
-           AS k(tenant_id, service_call_id, due_at) \
+     FROM (SELECT x.ctid AS row_id, k.tenant_id, k.service_call_id, k.due_at \
+         FROM unnest($1::text[], $2::text[], $3::text[]) AS k(tenant_id, service_call_id, due_at) \
          CROSS JOIN LATERAL (SELECT s.ctid FROM timer_schedules s \
-           WHERE s.tenant_id = k.tenant_id AND s.service_call_id = k.service_call_id \
-             AND s.due_at = k.due_at AND s.state = 'Scheduled') x))";
+           WHERE s.tenant_id = k.tenant_id AND s.service_call_id = k.service_call_id) x \
+         OFFSET 0) m \
+     WHERE t.ctid = m.row_id AND t.tenant_id = m.tenant_id \
+       AND t.service_call_id = m.service_call_id AND t.due_at = m.due_at \
+       AND t.state = 'Scheduled'";
+
+/// The mark of the keys in `columns` (tenants, service call ids, `dueAt`s), claimed at one
+/// instant, `reached`.
+fn mark_of(columns: [Vec<String>; 3], reached: String) -> Statement {
+    let mut values: Vec<Value> = columns.into_iter().map(Value::from).collect();
+    values.push(reached.into());
+    Statement::from_sql_and_values(DbBackend::Postgres, MARK, values)
+}
+
+/// The mark of `keys`, all `reached` at one instant: for tests that read its plan.
+pub(in crate::storage) fn mark_statement(
+    keys: &[(&str, &str, DateTime<Utc>)],
+    reached: DateTime<Utc>,
+) -> Statement {
+    let mut columns: [Vec<String>; 3] = Default::default();
+    for (tenant, call, due) in keys {
+        columns[0].push((*tenant).to_owned());
+        columns[1].push((*call).to_owned());
+        columns[2].push(format_utc(*due));
+    }
+    mark_of(columns, format_utc(reached))
+}
 
 /// For every firing transaction: its commit does not wait for the disk (a lost claim or mark
 /// only means a timer is published again, which the contract allows); joins are nested loops
@@ -203,7 +231,7 @@ pub(super) async fn mark_reached(
     batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
 ) -> Result<u64, StoreError> {
     // One entry per key: two batches never hold the same key with the same claim. The rows are
-    // updated in the order of their `ctid`, not of their keys: a command of another daemon
+    // updated in the order of their keys, which a command of another daemon need not follow:
     // writing one of them at that moment can meet a deadlock, which the server breaks within a
     // second by failing one of the two; a failed mark is retried, a failed commit handed back.
     let keys: BTreeMap<(&str, &str), (String, String)> = batches
@@ -229,11 +257,7 @@ pub(super) async fn mark_reached(
     }
     let statements: Vec<Statement> = by_instant
         .into_iter()
-        .map(|(reached, columns)| {
-            let mut values: Vec<Value> = columns.into_iter().map(Value::from).collect();
-            values.push(reached.into());
-            Statement::from_sql_and_values(DbBackend::Postgres, MARK, values)
-        })
+        .map(|(reached, columns)| mark_of(columns, reached))
         .collect();
     store
         .relaxed(async {

@@ -1,0 +1,108 @@
+//! A reschedule that commits while a PostgreSQL mark waits for the row: the mark must leave
+//! the row `Scheduled` at its new `dueAt`, so the timer still fires then (docs/CONTRACT.md §3,
+//! "a reschedule after the claim wins"). The mark waits for the row's lock and then sees the
+//! row's newest version; whether it still matches is decided by the conditions on the updated
+//! row alone, whatever the server's minor release does with rows found by `ctid`.
+//!
+//! Needs PostgreSQL (SQLite has one writer: nothing can wait for a row): it runs in the
+//! PostgreSQL run (`TEST_DATABASE=postgres`) and says so otherwise.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use common::{Scratch, claimant, eventually, schedule_at};
+use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
+use timer_service::domain::TimerState;
+use timer_service::domain::timestamp::format_utc;
+use timer_service::storage::Store;
+use timer_service::storage::db::{connect, migrate};
+
+fn at(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
+}
+
+#[tokio::test]
+async fn a_reschedule_committed_while_the_mark_waits_for_the_row_is_not_marked() {
+    if !common::database::postgres_run() {
+        eprintln!("a mark waiting for a row needs PostgreSQL: run with TEST_DATABASE=postgres");
+        return;
+    }
+    let scratch = Scratch::new();
+    migrate(&scratch.database()).await.unwrap();
+    let store = Store::open(&scratch.database())
+        .await
+        .unwrap()
+        .with_callers_clock();
+    store
+        .apply(&[schedule_at("a", "x", 1, at(100))])
+        .await
+        .unwrap();
+    let fired = store
+        .claim_due(at(100), None, 10, &claimant())
+        .await
+        .unwrap()
+        .timers;
+    assert_eq!(fired.len(), 1);
+
+    // Another daemon's reschedule: it holds the row while the mark starts.
+    let other = connect(&scratch.database(), 1).await.unwrap();
+    let reschedule = other.begin().await.unwrap();
+    reschedule
+        .execute_raw(Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            format!(
+                "UPDATE timer_schedules SET due_at = '{}', command_seq = 2, \
+                 claimed_by = NULL, claim_until = NULL \
+                 WHERE tenant_id = 'a' AND service_call_id = 'x'",
+                format_utc(at(500))
+            ),
+        ))
+        .await
+        .unwrap();
+
+    let marking = {
+        let store = store.clone();
+        tokio::spawn(async move { store.mark_reached(&[(fired.into(), at(101))]).await })
+    };
+    let watcher = connect(&scratch.database(), 1).await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the mark waits for the row",
+        || {
+            let watcher = &watcher;
+            async move {
+                let waiting = watcher
+                    .query_one_raw(Statement::from_string(
+                        sea_orm::DbBackend::Postgres,
+                        "SELECT count(*) AS n FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                       AND query LIKE 'UPDATE timer_schedules t SET state = ''Reached''%'",
+                    ))
+                    .await
+                    .ok()??
+                    .try_get::<i64>("", "n")
+                    .ok()?;
+                (waiting > 0).then_some(())
+            }
+        },
+    )
+    .await;
+    reschedule.commit().await.unwrap();
+
+    let marked = tokio::time::timeout(Duration::from_secs(10), marking)
+        .await
+        .expect("the mark ends once the row is free")
+        .unwrap()
+        .unwrap();
+    assert_eq!(marked, 0, "the rescheduled timer is not marked Reached");
+    let row = store.get("a", "x").await.unwrap().unwrap();
+    assert_eq!(
+        (row.state, row.due_at),
+        (TimerState::Scheduled, Some(at(500))),
+        "the timer is still pending at its new dueAt"
+    );
+    let again = store.claim_due(at(500), None, 10, &claimant()).await;
+    assert_eq!(again.unwrap().timers.len(), 1, "and fires then");
+}
