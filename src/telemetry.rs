@@ -22,6 +22,10 @@ pub use tenant_labels::TenantLabels;
 pub const COMMANDS_RECEIVED: &str = "timer_commands_received_total";
 /// Timers fired: published, acknowledged by the broker, and marked `Reached`.
 pub const SCHEDULES_PROCESSED: &str = "timer_schedules_processed_total";
+/// `DueTimeReached` events the broker acknowledged as duplicates of one it held: a re-publish
+/// after a mark that failed, or another daemon's publish of the same firing. Not counted as
+/// fired again.
+pub const EVENTS_DUPLICATE: &str = "timer_events_duplicate_total";
 /// One firing round: claim what is due, publish it, mark it.
 pub const POLLING_DURATION: &str = "timer_polling_duration_seconds";
 /// From `dueAt` to the broker's acknowledgement of each timer's `DueTimeReached`: when the
@@ -127,6 +131,10 @@ fn describe() {
     describe_counter!(
         SCHEDULES_PROCESSED,
         "Timers fired: published and marked Reached"
+    );
+    describe_counter!(
+        EVENTS_DUPLICATE,
+        "DueTimeReached events the broker already held (not counted as fired again)"
     );
     describe_histogram!(
         POLLING_DURATION,

@@ -19,7 +19,7 @@ use timer_service::actors::persistence::{PersistenceArgs, PersistenceClient, Per
 use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg, hold_limit};
 use timer_service::actors::{NamedActor, Persistence};
 use timer_service::domain::{Subjects, TimerState};
-use timer_service::ports::{BusError, Clock, EventBus, OutgoingEvent, SystemClock};
+use timer_service::ports::{BusError, Clock, EventBus, OutgoingEvent, Published, SystemClock};
 use timer_service::storage::db::migrate;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,7 +206,7 @@ struct FailFirstBus {
 
 #[async_trait::async_trait]
 impl EventBus for FailFirstBus {
-    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published> {
         let first = events
             .iter()
             .any(|e| String::from_utf8_lossy(&e.payload).contains("\"t-00000\""));
@@ -242,7 +242,7 @@ impl GatedBus {
 
 #[async_trait::async_trait]
 impl EventBus for GatedBus {
-    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published> {
         self.entered.fetch_add(1, Ordering::SeqCst);
         let opened = self.open.notified();
         if !self.opened.load(Ordering::SeqCst) {

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 
 use super::connection::JETSTREAM_TIMEOUT;
 use super::streams::{BrokerNames, ensure_event_stream};
-use crate::ports::{BusError, EventBus, OutgoingEvent};
+use crate::ports::{BusError, EventBus, OutgoingEvent, Published, Stored};
 
 /// Longest one batch may take, from its first send to its last PubAck: the JetStream timeout,
 /// plus a little for sending the batch.
@@ -62,11 +62,7 @@ impl NatsEventBus {
     /// deadline cut this short is kept). In order, because by the time the first is awaited
     /// most have arrived: awaiting them all at once armed a timer for each, which cost firing
     /// throughput.
-    async fn publish_unbounded(
-        &self,
-        events: Vec<OutgoingEvent>,
-        results: &mut Vec<Result<(), BusError>>,
-    ) {
+    async fn publish_unbounded(&self, events: Vec<OutgoingEvent>, results: &mut Vec<Published>) {
         if !self.stream_ready.load(Ordering::Acquire) {
             if let Err(e) = ensure_event_stream(&self.js, &self.names).await {
                 let error = BusError(format!(
@@ -82,7 +78,10 @@ impl NatsEventBus {
             let acked = match sent {
                 Ok(ack) => ack
                     .await
-                    .map(|_| ())
+                    .map(|ack| match ack.duplicate {
+                        true => Stored::Duplicate,
+                        false => Stored::New,
+                    })
                     .map_err(|e| BusError(format!("no PubAck: {e}"))),
                 Err(e) => Err(e),
             };
@@ -93,7 +92,7 @@ impl NatsEventBus {
 
 #[async_trait]
 impl EventBus for NatsEventBus {
-    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published> {
         let count = events.len();
         let mut results = Vec::with_capacity(count);
         let bounded =

@@ -18,9 +18,22 @@ pub struct OutgoingEvent {
 #[error("{0}")]
 pub struct BusError(pub String);
 
+/// What the broker made of an event it acknowledged: either way the event is in the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// Stored by this publish.
+    New,
+    /// Already stored by an earlier publish with the same message id (a re-publish after a
+    /// mark that failed, or another daemon's publish of the same firing): dropped as such.
+    Duplicate,
+}
+
+/// The outcome of one event's publish: only `Ok` means "durably published".
+pub type Published = Result<Stored, BusError>;
+
 #[async_trait]
 pub trait EventBus: Send + Sync + 'static {
     /// Publishes every event and waits until the broker has stored each (or refused it).
-    /// Returns one result per event, in order: only `Ok` means "durably published".
-    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>>;
+    /// Returns one outcome per event, in order.
+    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published>;
 }

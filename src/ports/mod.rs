@@ -10,4 +10,4 @@ pub use clock::{Clock, SystemClock};
 pub use command_source::{
     COMMAND_ACK_WAIT, CommandSource, CommandSourceFactory, Delivery, InboundCommand,
 };
-pub use event_bus::{BusError, EventBus, OutgoingEvent};
+pub use event_bus::{BusError, EventBus, OutgoingEvent, Published, Stored};

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use timer_service::ports::{BusError, Clock, EventBus, OutgoingEvent};
+use timer_service::ports::{BusError, Clock, EventBus, OutgoingEvent, Published, Stored};
 
 /// Keeps published events in memory; can be told to refuse publishes, as a broker outage would.
 #[derive(Debug, Default)]
@@ -43,7 +43,9 @@ impl InMemoryEventBus {
 
 #[async_trait]
 impl EventBus for InMemoryEventBus {
-    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Result<(), BusError>> {
+    /// Every event offered is kept; one whose message id was published before is answered as
+    /// a duplicate, as the broker does within its window.
+    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published> {
         self.offered.fetch_add(events.len(), Ordering::SeqCst);
         if self.refusing.load(Ordering::SeqCst) {
             return events
@@ -55,8 +57,9 @@ impl EventBus for InMemoryEventBus {
         events
             .into_iter()
             .map(|event| {
+                let seen = published.iter().any(|p| p.message_id == event.message_id);
                 published.push(event);
-                Ok(())
+                Ok(if seen { Stored::Duplicate } else { Stored::New })
             })
             .collect()
     }

@@ -38,7 +38,7 @@ pub(super) async fn reject(
         }
     }
     for result in args.bus.publish_all(events).await {
-        if let Err(e) = result {
+        if let Err(e) = result.map(|_| ()) {
             tracing::error!(actor = "command_handler", error = %e,
                 "rejection event not published; the rejection stays in this log only");
         }

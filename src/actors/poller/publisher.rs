@@ -22,7 +22,7 @@ use super::window::BrokerWindow;
 use super::{PollerArgs, PollerMsg};
 use crate::domain::events::{due_message_id, due_time_reached};
 use crate::domain::{DueTimer, Subjects};
-use crate::ports::{Clock, EventBus, OutgoingEvent};
+use crate::ports::{Clock, EventBus, OutgoingEvent, Stored};
 
 /// A batch handed to the broker, named in its outcome's message.
 pub type BatchId = u64;
@@ -238,6 +238,8 @@ impl Publisher {
 /// Publishes `DueTimeReached` for each timer, stamped `reached_at`; returns the timers the
 /// broker acknowledged, the first error, and how long the broker took. Lateness is measured to
 /// the broker's acknowledgement: a timer is fired when its event is stored, not when claimed.
+/// An event the broker already held (a duplicate) is marked like any other but counted as
+/// fired, and its lateness recorded, only once: by the publish that stored it.
 async fn publish(
     bus: &dyn EventBus,
     clock: &dyn Clock,
@@ -271,7 +273,11 @@ async fn publish(
     let mut error = None;
     for (timer, result) in timers.into_iter().zip(results) {
         match result {
-            Ok(()) => {
+            Ok(Stored::Duplicate) => {
+                metrics::counter!(crate::telemetry::EVENTS_DUPLICATE).increment(1);
+                fired.push(timer);
+            }
+            Ok(Stored::New) => {
                 tracing::debug!(actor = "poller", tenant_id = %timer.tenant_id,
                     service_call_id = %timer.service_call_id, due_at = %timer.due_at,
                     lateness_ms = (reached_at - timer.due_at).num_milliseconds(),
