@@ -25,8 +25,8 @@
 //!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints),
 //!   `reader` (reader connections and the time limit of their reads).
 //! - [`actors`]: the Supervisor and its children — Persistence (its `lanes`, the `worker` of each
-//!   connection, the `operation`s and their client), Checkpointer, CommandHandler (`storing`,
-//!   `split`, `quota`, `keepalive`), Poller (`phase`, `firing`, `calls`, `run`, `marks`,
+//!   connection, the `operation`s and their client), Checkpointer, CommandHandler (`intake`,
+//!   `pipeline`, `storing`, `split`, `quota`, `keepalive`), Poller (`phase`, `firing`, `calls`, `run`, `marks`,
 //!   `fairness`, `publisher` with its queue by tenant and the broker's window, `wake`),
 //!   ApiResponder (`admission` of each tenant's requests), Janitor, Gauges, Http — and the
 //!   Registry.

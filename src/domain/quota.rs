@@ -7,12 +7,16 @@
 //! - [`TenantPending`]: a tenant's pending timers, and the stored state of the keys a batch
 //!   names, brought up to date command by command.
 //! - [`decide`]: accept one command, or say which limit it exceeds.
+//! - [`PendingBounds`]: what is known of a tenant's pending count between two counts.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::timer::{Action, Command, TimerState};
+
+mod bounds;
+pub use bounds::{COUNT_FRESH, PendingBounds};
 
 /// The span `commands_per_second` counts over.
 pub const RATE_WINDOW: Duration = Duration::from_secs(1);

@@ -246,14 +246,14 @@ fn inbound(message: jetstream::Message, stream: Arc<StreamIncarnation>) -> Optio
         }
     };
     let (message, acker) = message.split();
-    Some(InboundCommand {
-        subject: message.subject.to_string(),
-        payload: message.payload,
+    Some(InboundCommand::new(
+        message.subject.to_string(),
+        message.payload,
         sequence,
         stream,
         redelivered,
-        delivery: Arc::new(JetStreamDelivery(acker)),
-    })
+        Arc::new(JetStreamDelivery(acker)),
+    ))
 }
 
 struct JetStreamDelivery(jetstream::message::Acker);

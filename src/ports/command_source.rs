@@ -30,7 +30,10 @@ pub trait Delivery: Send + Sync {
     async fn progress(&self) -> Result<(), BusError>;
 }
 
-/// One delivered command.
+/// One delivered command, held until it is settled: by [`Self::ack`] once stored, by
+/// [`Self::term`] once rejected, or by [`Self::hand_back`]. Dropped unsettled (a path that
+/// forgot it, a task that panicked), it is handed back at once, so the broker delivers it
+/// again without waiting out the ack wait and nothing is lost or held.
 pub struct InboundCommand {
     pub subject: String,
     pub payload: Bytes,
@@ -41,10 +44,75 @@ pub struct InboundCommand {
     /// again numbers from 1 anew).
     pub stream: Arc<StreamIncarnation>,
     /// Whether the broker delivered it before (it was handed back, or its daemon stopped
-    /// before settling it): it was counted against its tenant's rate then.
+    /// before settling it).
     pub redelivered: bool,
-    /// Shared with the keep-alive that reports it in progress while it is held.
-    pub delivery: Arc<dyn Delivery>,
+    /// Shared with the keep-alive that reports it in progress while it is held; `None` once
+    /// settled.
+    delivery: Option<Arc<dyn Delivery>>,
+}
+
+impl InboundCommand {
+    pub fn new(
+        subject: String,
+        payload: Bytes,
+        sequence: u64,
+        stream: Arc<StreamIncarnation>,
+        redelivered: bool,
+        delivery: Arc<dyn Delivery>,
+    ) -> Self {
+        Self {
+            subject,
+            payload,
+            sequence,
+            stream,
+            redelivered,
+            delivery: Some(delivery),
+        }
+    }
+
+    /// The settlement handle, for the keep-alive to report it in progress while it is held.
+    pub fn delivery(&self) -> Option<&Arc<dyn Delivery>> {
+        self.delivery.as_ref()
+    }
+
+    /// The command is stored: never deliver it again.
+    pub async fn ack(mut self) -> Result<(), BusError> {
+        match self.delivery.take() {
+            Some(delivery) => delivery.ack().await,
+            None => Ok(()),
+        }
+    }
+
+    /// The command can never be accepted: never deliver it again.
+    pub async fn term(mut self) -> Result<(), BusError> {
+        match self.delivery.take() {
+            Some(delivery) => delivery.term().await,
+            None => Ok(()),
+        }
+    }
+
+    /// The command could not be handled now: deliver it again at once (the handler itself
+    /// decides when to pull again).
+    pub async fn hand_back(mut self) -> Result<(), BusError> {
+        match self.delivery.take() {
+            Some(delivery) => delivery.nak(Duration::ZERO).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for InboundCommand {
+    fn drop(&mut self) {
+        let Some(delivery) = self.delivery.take() else {
+            return;
+        };
+        // Outside a runtime (the process is ending) the broker redelivers after its ack wait.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = delivery.nak(Duration::ZERO).await;
+            });
+        }
+    }
 }
 
 impl std::fmt::Debug for InboundCommand {

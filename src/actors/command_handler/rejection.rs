@@ -43,12 +43,8 @@ pub(super) async fn reject(
                 "rejection event not published; the rejection stays in this log only");
         }
     }
-    join_all(
-        rejected
-            .iter()
-            .map(|(command, _, _)| command.delivery.term()),
-    )
-    .await;
+    let count = rejected.len() as u64;
+    join_all(rejected.into_iter().map(|(command, _, _)| command.term())).await;
     metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "rejected")
-        .increment(rejected.len() as u64);
+        .increment(count);
 }

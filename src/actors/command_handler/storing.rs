@@ -29,14 +29,21 @@ const STORE_TIMEOUT: Duration = Duration::from_secs(30);
 /// could not be stored (the cause).
 pub(super) type Stored = Result<(), String>;
 
+/// An accepted command, with its delivery to settle once it is stored (dropped unsettled, the
+/// delivery hands it back).
+pub(super) struct Accepted {
+    pub command: Command,
+    pub inbound: InboundCommand,
+}
+
 /// Hands the accepted commands to Persistence and returns the task that acknowledges them to the
 /// broker once committed, or hands them back for redelivery if the commit fails. A batch the
 /// database refuses because of some of its commands is split around them.
-pub(super) fn store(
-    args: &Arc<CommandHandlerArgs>,
-    accepted: Vec<Command>,
-    inbound: Vec<InboundCommand>,
-) -> JoinHandle<Stored> {
+pub(super) fn store(args: &Arc<CommandHandlerArgs>, batch: Vec<Accepted>) -> JoinHandle<Stored> {
+    let (accepted, inbound): (Vec<Command>, Vec<InboundCommand>) = batch
+        .into_iter()
+        .map(|Accepted { command, inbound }| (command, inbound))
+        .unzip();
     for command in &accepted {
         tracing::debug!(actor = "command_handler", tenant_id = %command.tenant_id,
             service_call_id = %command.service_call_id, action = ?command.action,
@@ -51,7 +58,7 @@ pub(super) fn store(
     tokio::spawn(async move {
         match applied(queued).await {
             Ok(written) => {
-                acknowledge(inbound.iter()).await;
+                acknowledge(inbound.into_iter()).await;
                 tracing::debug!(
                     actor = "command_handler",
                     received = commands.len(),
@@ -64,7 +71,7 @@ pub(super) fn store(
             Err(Failure::Refused(reason)) => {
                 store_around_refused(&args, commands, inbound, reason).await
             }
-            Err(Failure::Outage(cause)) => hand_back(&inbound, cause).await,
+            Err(Failure::Outage(cause)) => hand_back(inbound, cause).await,
         }
     })
 }
@@ -115,7 +122,7 @@ async fn store_around_refused(
         "the database refused commands of a batch; the batch was split to store the rest"
     );
     let mut inbound: Vec<Option<InboundCommand>> = inbound.into_iter().map(Some).collect();
-    acknowledge(outcome.stored.iter().filter_map(|&i| inbound[i].as_ref())).await;
+    acknowledge(outcome.stored.iter().filter_map(|&i| inbound[i].take())).await;
     stored(args, outcome.stored.iter().map(|&i| &commands[i]));
     let rejected = outcome
         .refused
@@ -141,14 +148,14 @@ async fn store_around_refused(
                 .iter()
                 .filter_map(|&i| inbound[i].take())
                 .collect();
-            hand_back(&unsettled, cause).await
+            hand_back(unsettled, cause).await
         }
     }
 }
 
 /// Acknowledges stored commands to the broker.
-async fn acknowledge(commands: impl Iterator<Item = &InboundCommand>) {
-    let acks = join_all(commands.map(|c| c.delivery.ack())).await;
+async fn acknowledge(commands: impl Iterator<Item = InboundCommand>) {
+    let acks = join_all(commands.map(InboundCommand::ack)).await;
     let failed_acks = acks.iter().filter(|r| r.is_err()).count();
     if failed_acks > 0 {
         tracing::warn!(
@@ -177,7 +184,8 @@ fn stored<'a>(args: &CommandHandlerArgs, commands: impl Iterator<Item = &'a Comm
 
 /// Hands commands that could not be stored back to the broker for redelivery (at once: the
 /// handler itself decides when to pull again), never acknowledging them.
-pub(super) async fn hand_back(commands: &[InboundCommand], cause: String) -> Stored {
-    join_all(commands.iter().map(|c| c.delivery.nak(Duration::ZERO))).await;
-    Err(format!("{cause} ({} commands)", commands.len()))
+pub(super) async fn hand_back(commands: Vec<InboundCommand>, cause: String) -> Stored {
+    let count = commands.len();
+    join_all(commands.into_iter().map(InboundCommand::hand_back)).await;
+    Err(format!("{cause} ({count} commands)"))
 }

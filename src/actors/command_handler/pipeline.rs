@@ -1,0 +1,159 @@
+//! The storing pipeline: accepted commands are gathered while a transaction is under way
+//! ([`STORE_PIPELINE_DEPTH`]), up to [`GROUP_MAX`], and handed to Persistence together as the
+//! next one (`storing`), so under load a commit carries thousands whatever `batch_size` is.
+//! The outcomes of finished transactions decide the backoff: while the database fails, one
+//! batch at a time probes it until one is stored.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use ractor::concurrency::JoinHandle;
+
+use super::CommandHandlerArgs;
+use super::storing::{Accepted, Stored, store};
+use crate::backoff;
+
+/// Transactions handed to Persistence and not yet acknowledged, at most. One: the writer runs
+/// them one after another anyway, and everything that arrives while one commits joins the
+/// next, so a commit carries several commands and leaves the Poller's claims less to queue
+/// behind.
+pub const STORE_PIPELINE_DEPTH: usize = 1;
+/// Most commands gathered into one transaction while others are under way (with the
+/// transactions in flight, well under the consumer's 10,000 unacknowledged commands).
+pub const GROUP_MAX: usize = 4_000;
+/// Least time between the starts of two commits while commands keep arriving: commits of two
+/// or three commands each kept Persistence busy and delayed the Poller's claims; gathered for
+/// this long, they share one fsync. A command arriving after a quiet spell is committed at once.
+const COMMIT_SPACING: Duration = Duration::from_millis(5);
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+/// Longest wait between two attempts to store while the database fails.
+const MAX_STORE_BACKOFF: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+pub(super) struct Pipeline {
+    /// Accepted commands waiting for room, to be stored together as the next transaction.
+    gathered: Vec<Accepted>,
+    /// Transactions being committed and acknowledged, oldest first.
+    storing: VecDeque<JoinHandle<Stored>>,
+    /// When the last transaction was handed to Persistence (see [`COMMIT_SPACING`]).
+    last_commit: Option<tokio::time::Instant>,
+    /// Consecutive attempts that could not store their batch; while non-zero, one batch at a
+    /// time is handed to Persistence.
+    failed_stores: u32,
+    /// Outcomes collected since the last check: whether a batch was stored, and the last cause
+    /// of a batch that was not.
+    stored_any: bool,
+    store_failure: Option<String>,
+}
+
+impl Pipeline {
+    /// The commands accepted and not yet handed to Persistence.
+    pub fn gathered(&self) -> &[Accepted] {
+        &self.gathered
+    }
+
+    pub fn gather(&mut self, accepted: Vec<Accepted>) {
+        self.gathered.extend(accepted);
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.gathered.len() >= GROUP_MAX
+    }
+
+    /// Notes commands handed back because they could not be stored now (`cause`), as a failed
+    /// transaction: the handler backs off before pulling again.
+    pub fn not_stored(&mut self, cause: String) {
+        self.store_failure = Some(cause);
+    }
+
+    /// Hands what is gathered to Persistence as one transaction, when the pipeline has room
+    /// and the last commit started [`COMMIT_SPACING`] ago (or the group is full); also notes
+    /// the outcome of transactions that have finished.
+    pub fn store_gathered(&mut self, args: &Arc<CommandHandlerArgs>) {
+        while let Some(oldest) = self.storing.front_mut() {
+            // Collects a finished transaction's outcome without waiting for an unfinished one.
+            match (&mut *oldest).now_or_never() {
+                Some(outcome) => {
+                    self.storing.pop_front();
+                    self.note(outcome);
+                }
+                None => break,
+            }
+        }
+        if self.gathered.is_empty() || self.storing.len() >= STORE_PIPELINE_DEPTH {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let spaced = self
+            .last_commit
+            .is_none_or(|last| now >= last + COMMIT_SPACING);
+        if !spaced && !self.is_full() {
+            return;
+        }
+        self.last_commit = Some(now);
+        let batch = std::mem::take(&mut self.gathered);
+        self.storing.push_back(store(args, batch));
+    }
+
+    /// Waits for the oldest transaction being stored and notes its outcome.
+    pub async fn settle_oldest(&mut self) {
+        if let Some(oldest) = self.storing.pop_front() {
+            let outcome = oldest.await;
+            self.note(outcome);
+        }
+    }
+
+    /// Stores everything gathered and waits for every transaction: for a graceful stop.
+    pub async fn finish(&mut self, args: &Arc<CommandHandlerArgs>) {
+        while !self.gathered.is_empty() {
+            self.settle_oldest().await;
+            self.last_commit = None;
+            self.store_gathered(args);
+        }
+        while !self.storing.is_empty() {
+            self.settle_oldest().await;
+        }
+    }
+
+    /// Before each pull: collects the outcomes of transactions being stored (all of them while
+    /// the database is failing, so that one batch at a time probes it) and, when one could not
+    /// be stored, returns how long to wait before pulling again. Logs one error per failed
+    /// attempt.
+    pub async fn backoff(&mut self) -> Option<Duration> {
+        while self
+            .storing
+            .front()
+            .is_some_and(|oldest| oldest.is_finished() || self.failed_stores > 0)
+        {
+            self.settle_oldest().await;
+        }
+        if let Some(cause) = self.store_failure.take() {
+            self.stored_any = false;
+            self.failed_stores += 1;
+            let delay = backoff::exponential(self.failed_stores, FIRST_RETRY, MAX_STORE_BACKOFF);
+            tracing::error!(actor = "command_handler", error = %cause, attempt = self.failed_stores,
+                retry_in_ms = delay.as_millis() as u64,
+                "commands not stored; they stay in the broker and are retried");
+            return Some(delay);
+        }
+        if std::mem::take(&mut self.stored_any) && self.failed_stores > 0 {
+            tracing::info!(
+                actor = "command_handler",
+                attempts = self.failed_stores,
+                "storing commands again"
+            );
+            self.failed_stores = 0;
+        }
+        None
+    }
+
+    fn note(&mut self, outcome: Result<Stored, tokio::task::JoinError>) {
+        match outcome {
+            Ok(Ok(())) => self.stored_any = true,
+            Ok(Err(cause)) => self.store_failure = Some(cause),
+            Err(e) => self.store_failure = Some(format!("storing task failed: {e}")),
+        }
+    }
+}
