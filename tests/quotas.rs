@@ -231,6 +231,42 @@ async fn commands_handed_back_before_the_rate_was_decided_are_decided_when_they_
     daemon.shutdown().await.unwrap();
 }
 
+/// A tenant's pending timers are counted (a walk of its range of the pending index, a cost
+/// that grows with what it holds) at most about once a second while its schedules stay far
+/// below its limit, not once for every batch of commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pending_count_is_not_taken_for_every_batch() {
+    let server = common::NatsServer::start();
+    let scratch = Scratch::new();
+    let process = common::DaemonProcess::start_with(
+        &server,
+        &scratch,
+        &[("TIMER_QUOTAS_MAX_PENDING", "1000000")],
+    );
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    let started = std::time::Instant::now();
+    let ids: Vec<String> = (0..5_000).map(|i| format!("a-{i:04}")).collect();
+    client.schedule_many("acme", &ids, later()).await;
+    all_handled(&client).await;
+    let took = started.elapsed();
+    assert_eq!(pending(&scratch, "acme").await, 5_000);
+
+    // Pulled 100 at a time (`batch_size`): at least 50 batches.
+    let log = std::fs::read_to_string(&process.log).unwrap();
+    let counts = log
+        .lines()
+        .filter(|l| l.contains("transaction done") && l.contains("pending_of"))
+        .count();
+    eprintln!("{counts} counts in {took:?}");
+    assert!(counts >= 1, "the limit was checked");
+    assert!(
+        (counts as u64) <= took.as_secs() + 2 && counts < 50,
+        "{counts} counts in {took:?}"
+    );
+    drop(process);
+}
+
 /// With `max_pending = 20`, 30 new keys have exactly 10 refused. At the limit, a reschedule of a
 /// pending key and a cancel still go in; each cancelled timer frees a place for a new key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
