@@ -174,9 +174,7 @@ pub fn check(run: &Run) -> Verdict {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    pub(crate) use super::super::history::{
-        CancelAnswer, Command, Op, Outcome, Row, Seen, Window,
-    };
+    pub(crate) use super::super::history::{CancelAnswer, Command, Op, Outcome, Row, Seen, Window};
     use super::*;
 
     pub(crate) fn t(ms: i64) -> Instant {
