@@ -5,6 +5,7 @@
 //! server), `api_flood` (hostile requests); one tenant's heavy reads are in `read_flood`.
 
 mod api_flood;
+mod daemon;
 mod outages;
 mod world;
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use super::history::{ApiRequest, FaultRecord, HostileCommand, Key, ReadFlood, Window};
+use super::history::{ApiRequest, FaultRecord, HostileCommand, Instant, Key, ReadFlood, Window};
 use super::observer::Observer;
 use super::workload::{Client, TENANTS};
 use crate::common::TestClient;
@@ -55,9 +56,9 @@ impl Fault {
         match self {
             Self::BrokerKillMidFiring => "broker SIGKILL mid-firing",
             Self::BrokerPause => "broker SIGSTOP 7s",
-            Self::DaemonKill => "daemon SIGKILL",
+            Self::DaemonKill => "daemon SIGKILL mid-burst",
             Self::DaemonTerm => "daemon SIGTERM",
-            Self::DaemonPause => "daemon SIGSTOP 4s",
+            Self::DaemonPause => "daemon SIGSTOP 4s under load",
             Self::CommandStreamDeleted => "command stream deleted",
             Self::DiskFull => "disk full",
             Self::ClockStep => "clock stepped",
@@ -77,7 +78,6 @@ impl Fault {
 
 /// How long the broker stays frozen: longer than the daemon's 5 s JetStream timeout.
 const BROKER_PAUSE: Duration = Duration::from_secs(7);
-const DAEMON_PAUSE: Duration = Duration::from_secs(4);
 
 pub struct Nemesis {
     pub world: World,
@@ -95,6 +95,9 @@ pub struct Nemesis {
     probe_wait: Duration,
     /// Timers of the fault itself that must fire after the heal, like the probes (the burst).
     also_awaited: Vec<Key>,
+    /// When the fault was healed, if not when its injection returned (the daemon restarted
+    /// while the burst it was killed in is still being sent).
+    healed_at: Option<Instant>,
     cycle: usize,
 }
 
@@ -112,6 +115,7 @@ impl Nemesis {
             read_floods: Vec::new(),
             probe_wait: super::checker::LIVENESS_BOUND.to_std().expect("positive"),
             also_awaited: Vec::new(),
+            healed_at: None,
             cycle: 0,
         }
     }
@@ -132,14 +136,7 @@ impl Nemesis {
                 self.world.server.resume();
                 Ok(())
             }
-            Fault::DaemonKill => {
-                if let Some(daemon) = self.world.daemon.take() {
-                    daemon.kill9();
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                self.world.start_daemon();
-                Ok(())
-            }
+            Fault::DaemonKill => self.daemon_kill_mid_burst(&mut notes).await,
             Fault::DaemonTerm => {
                 let asked = std::time::Instant::now();
                 let status = self.world.stop_daemon(Duration::from_secs(15)).await;
@@ -153,12 +150,7 @@ impl Nemesis {
                 self.world.start_daemon();
                 Ok(())
             }
-            Fault::DaemonPause => {
-                self.world.signal_daemon(libc::SIGSTOP);
-                tokio::time::sleep(DAEMON_PAUSE).await;
-                self.world.signal_daemon(libc::SIGCONT);
-                Ok(())
-            }
+            Fault::DaemonPause => self.daemon_pause_under_load(&mut notes).await,
             Fault::CommandStreamDeleted => self.delete_command_stream(&mut notes).await,
             Fault::DiskFull => self.disk_full(&mut notes).await,
             Fault::ClockStep => self.clock_step().await,
@@ -177,7 +169,7 @@ impl Nemesis {
             Fault::DatabasePause => self.database_fault(fault, &mut notes).await,
             Fault::DatabaseRestart => self.database_fault(fault, &mut notes).await,
         };
-        let healed = Utc::now();
+        let healed = self.healed_at.take().unwrap_or_else(Utc::now);
         let (probes, skipped) = match outcome {
             Ok(()) => (self.probe().await, None),
             Err(why) => {
