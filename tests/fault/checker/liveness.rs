@@ -146,6 +146,7 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: true,
+            prompt_after_heal: false,
         });
         let verdict = check(&held_up);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
@@ -177,6 +178,7 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: true,
+            prompt_after_heal: false,
         });
         // The fault's window ends 2 s after the commands it held are back (an ack wait, 5 s,
         // after the heal at 0.5 s): the cancel came later.
@@ -210,6 +212,7 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: true,
+            prompt_after_heal: false,
         });
         // The cancel was delivered to the daemon killed at 0 and came back an ack wait later,
         // after the timer fired at 5 s.
@@ -228,6 +231,7 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: true,
+            prompt_after_heal: false,
         };
         let mut wedged = run(vec![schedule("probe-1", 2_000, 1_010)], vec![], vec![]);
         wedged.faults.push(fault(1_000));

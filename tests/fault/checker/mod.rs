@@ -2,7 +2,7 @@
 //! invariants (docs/CONTRACT.md §1, §3, §5, §6). Nothing here does I/O, so each rule is shown on
 //! small hand-made histories in the tests beside it. One file per concern: `firings` (what fired,
 //! and (b)), `keys` ((a), (c), (d)), `hostile` ((e), (g)), `liveness` ((f), and the periods a
-//! fault disturbs), `fairness` beside the checker ((h)).
+//! fault disturbs), `fairness` beside the checker ((h)), `after_heal` ((i)).
 //!
 //! The invariants:
 //! - (a) every acknowledged ScheduleTimer that is its key's last command fires: an event for
@@ -26,10 +26,15 @@
 //!   never stored;
 //! - (h) fairness: while one tenant loads the service (a burst fired with no fault on, a flood
 //!   of heavy reads), the other tenants' timers due meanwhile fire within a second (in
-//!   `fairness`).
+//!   `fairness`);
+//! - (i) prompt after a heal: after the daemon was killed in the middle of a burst of commands
+//!   or frozen under load, every timer acknowledged before the heal (its key's last operation)
+//!   fires within 5 s of the later of its dueAt and the heal (in `after_heal`, which says
+//!   exactly which timers it judges).
 //!
 //! Duplicates (one firing stored more than once) are allowed and counted.
 
+mod after_heal;
 mod firings;
 mod hostile;
 mod keys;
@@ -42,6 +47,7 @@ use chrono::Duration;
 use super::fairness::check_fairness;
 use super::history::{Instant, Key, Run};
 
+pub use after_heal::{AfterHeal, HEAL_BOUND};
 pub use firings::{clock_ahead, parse_due, preview};
 pub use liveness::{LIVENESS_BOUND, disturbed_windows};
 
@@ -62,10 +68,11 @@ pub enum Invariant {
     Liveness,
     HostileInput,
     Fairness,
+    PromptAfterHeal,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 8] = [
+    pub const ALL: [Invariant; 9] = [
         Self::Fires,
         Self::NotEarly,
         Self::CancelHolds,
@@ -74,6 +81,7 @@ impl Invariant {
         Self::Liveness,
         Self::HostileInput,
         Self::Fairness,
+        Self::PromptAfterHeal,
     ];
 
     pub fn letter(self) -> &'static str {
@@ -86,6 +94,7 @@ impl Invariant {
             Self::Liveness => "f",
             Self::HostileInput => "g",
             Self::Fairness => "h",
+            Self::PromptAfterHeal => "i",
         }
     }
 
@@ -100,6 +109,10 @@ impl Invariant {
             Self::HostileInput => "every API request is answered, invalid commands rejected",
             Self::Fairness => {
                 "one tenant's burst or heavy reads do not hold up the others' timers (1 s bound)"
+            }
+            Self::PromptAfterHeal => {
+                "after a kill mid-burst or a freeze under load, every timer acknowledged before \
+                 the heal fires within 5 s of the later of its dueAt and the heal"
             }
         }
     }
@@ -136,6 +149,8 @@ pub struct Verdict {
     pub refire: Vec<Option<Duration>>,
     /// Commands that lost a race against a firing the contract allows.
     pub lost_races: usize,
+    /// Per fault (i) judges, in order: the lateness of the timers acknowledged before its heal.
+    pub after_heal: Vec<AfterHeal>,
 }
 
 impl Verdict {
@@ -168,6 +183,7 @@ pub fn check(run: &Run) -> Verdict {
     keys::check_keys(run, &disturbed, &mut verdict);
     hostile::check_hostile(run, &messages, &disturbed, &mut verdict);
     check_fairness(run, &disturbed, &mut verdict);
+    after_heal::check_after_heal(run, &mut verdict);
     verdict.violations.sort_by_key(|v| v.at);
     verdict
 }

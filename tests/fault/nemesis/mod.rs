@@ -74,6 +74,13 @@ impl Fault {
     pub fn disturbs(self) -> bool {
         self != Self::ReadFlood
     }
+
+    /// Whether invariant (i) judges it (see `FaultRecord::prompt_after_heal`): the faults in
+    /// which the daemon holds commands it has not acknowledged, killed in the middle of a burst
+    /// or frozen under load.
+    pub fn prompt_after_heal(self) -> bool {
+        matches!(self, Self::DaemonKill | Self::DaemonPause)
+    }
 }
 
 /// How long the broker stays frozen: longer than the daemon's 5 s JetStream timeout.
@@ -186,6 +193,7 @@ impl Nemesis {
             skipped,
             notes,
             disturbs: fault.disturbs(),
+            prompt_after_heal: fault.prompt_after_heal(),
         }
     }
 
