@@ -164,8 +164,8 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
             out,
             "  ({}) after {}: {} timers acknowledged before the heal judged, {} more than {} s \
              late; from the later of dueAt and the heal: median {} ms, p99 {} ms, the latest {} \
-             ms ({}); not judged: {} held past the next fault's start, {} never fired (see (a)), \
-             {} in a deleted command stream",
+             ms ({}); not judged: {} held past the next fault's start, {} never fired (judged \
+             by (a) and (d)), {} in a deleted command stream",
             Invariant::PromptAfterHeal.letter(),
             fault.name,
             found.late.len(),
