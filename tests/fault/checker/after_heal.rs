@@ -1,7 +1,8 @@
 //! Invariant (i), prompt after a heal (docs/CONTRACT.md §1): after the daemon was killed in the
 //! middle of a burst of commands, or frozen while commands and due timers flowed, every timer
 //! the broker acknowledged fires within [`HEAL_BOUND`] of the later of its dueAt and the heal
-//! (the restart, the SIGCONT): the commands the daemon held come back within an ack wait.
+//! (the restarted daemon ready, the SIGCONT): the commands the daemon held come back within an
+//! ack wait.
 //!
 //! Which timers, for each such fault: every acknowledged ScheduleTimer that is its key's last
 //! operation (none after it, whatever came of it), whose PubAck came before the heal, and that

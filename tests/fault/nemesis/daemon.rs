@@ -1,8 +1,10 @@
 //! Faults of the daemon under load: killed (SIGKILL) in the middle of a burst of commands and
 //! started again half a second later; frozen (SIGSTOP) for 4 s while commands arrive and their
-//! timers come due. Each records its heal (the restart, the SIGCONT) for invariant (i): the
-//! commands the daemon held come back within an ack wait, so every timer the broker had
-//! acknowledged fires within seconds of the later of its dueAt and the heal.
+//! timers come due. Each records its heal for invariant (i): the restarted daemon ready again
+//! (`/readyz` 200: on PostgreSQL a daemon restarted under its name after a crash first watches
+//! its name for up to 5 s, CONTRACT.md §8), the SIGCONT. The commands the daemon held come back
+//! within an ack wait, so every timer the broker had acknowledged fires within seconds of the
+//! later of its dueAt and the heal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +15,7 @@ use chrono::Utc;
 use super::super::history::{Command, Key, Op, Outcome};
 use super::super::workload::{BURST_TENANT, Client};
 use super::Nemesis;
+use super::outages::readyz_within;
 use crate::common::{millis, rfc3339, schedule_command};
 
 /// Commands of the burst the daemon is killed in the middle of, each due [`KILL_LEAD`] after
@@ -21,6 +24,8 @@ const KILL_BURST: usize = 4_000;
 const KILL_LEAD: chrono::Duration = chrono::Duration::seconds(3);
 /// How long the daemon stays dead before it is started again.
 const KILL_DOWN: Duration = Duration::from_millis(500);
+/// How long the restarted daemon may take to be ready (its name watch is 5 s on PostgreSQL).
+const READY_WITHIN: Duration = Duration::from_secs(20);
 /// The feed of commands the daemon is frozen under: [`FREEZE_CHUNK`] commands every
 /// [`FREEZE_EVERY`], each due [`FREEZE_LEAD`] after it is sent, for about 6 s.
 const FREEZE_FEED: usize = 2_400;
@@ -32,7 +37,7 @@ const DAEMON_PAUSE: Duration = Duration::from_secs(4);
 impl Nemesis {
     /// A burst of [`KILL_BURST`] commands; once half of them are acknowledged by the broker and
     /// the daemon holds some it has not acknowledged yet, SIGKILL, and a new daemon half a
-    /// second later while the rest of the burst is still being sent.
+    /// second later while the rest of the burst is still being sent; healed once it is ready.
     pub(super) async fn daemon_kill_mid_burst(
         &mut self,
         notes: &mut Vec<String>,
@@ -68,14 +73,19 @@ impl Nemesis {
         }
         tokio::time::sleep(KILL_DOWN).await;
         self.world.start_daemon();
+        let ready = readyz_within(&self.world.http, 200, READY_WITHIN).await;
         self.healed_at = Some(Utc::now());
         let sent = burst.await.map_err(|e| format!("the burst's task: {e}"))?;
         notes.push(format!(
             "killed with {acked_at_kill} of the burst's {KILL_BURST} commands acknowledged by the \
              broker, {} delivered to the daemon and not acknowledged by it; started again {} ms \
-             later; {sent} acknowledged in all",
+             later, ready {} after that; {sent} acknowledged in all",
             held.map_or("an unknown number".into(), |n| n.to_string()),
-            KILL_DOWN.as_millis()
+            KILL_DOWN.as_millis(),
+            ready.map_or(format!("not within {READY_WITHIN:?}"), |t| format!(
+                "{} ms",
+                t.as_millis()
+            )),
         ));
         self.also_awaited = ids.iter().map(|id| Key::new(BURST_TENANT, id)).collect();
         Ok(())

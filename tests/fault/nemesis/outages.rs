@@ -224,7 +224,7 @@ impl Nemesis {
 }
 /// Polls `/readyz` at `addr` until it answers `code`: how long that took, or `None` after
 /// `within`.
-async fn readyz_within(addr: &str, code: u16, within: Duration) -> Option<Duration> {
+pub(super) async fn readyz_within(addr: &str, code: u16, within: Duration) -> Option<Duration> {
     let began = std::time::Instant::now();
     while began.elapsed() < within {
         if http_get(addr, "/readyz")
