@@ -225,6 +225,7 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: false,
+            prompt_after_heal: false,
         });
         history.read_floods.push(ReadFlood {
             tenant: "whale".into(),

@@ -149,6 +149,11 @@ pub struct FaultRecord {
     /// command may lose to a firing while it lasts; a load the service must absorb (one
     /// tenant's heavy reads) does not.
     pub disturbs: bool,
+    /// Whether invariant (i) judges it: after its heal (the restarted daemon ready, the
+    /// SIGCONT), every timer the broker acknowledged before the heal fires within 5 s of the
+    /// later of its dueAt and the heal, the commands the daemon held coming back within an ack
+    /// wait.
+    pub prompt_after_heal: bool,
 }
 
 /// A tenant's burst of timers all due at one instant.

@@ -2,15 +2,15 @@
 //!
 //! - `workload`: clients of four tenants schedule, reschedule and cancel timers (one bursting),
 //!   recording every operation with its outcome;
-//! - `nemesis`: one fault after another (broker killed mid-firing and frozen; daemon killed,
-//!   stopped, frozen; command stream deleted; disk full; clock stepped; hostile API input; one
-//!   tenant's heavy reads (`read_flood`); the database server frozen and stopped, on
-//!   PostgreSQL, where the run has a server of its own), each healed after a few seconds and
-//!   followed by a probe timer per tenant;
+//! - `nemesis`: one fault after another (broker killed mid-firing and frozen; daemon killed
+//!   mid-burst, stopped, frozen under load; command stream deleted; disk full; clock stepped;
+//!   hostile API input; one tenant's heavy reads (`read_flood`); the database server frozen
+//!   and stopped, on PostgreSQL, where the run has a server of its own), each healed after a
+//!   few seconds and followed by a probe timer per tenant;
 //! - `observer`: a plain subscriber, and the event stream and database read at the end;
 //! - `history`: the record all of these produce;
 //! - `checker`: pure functions judging that record against the contract's invariants (the
-//!   fairness one, (h), in `fairness`);
+//!   fairness one, (h), in `fairness`; (i), prompt after a heal, in `checker::after_heal`);
 //! - `report`: the table per fault.
 
 pub mod checker;

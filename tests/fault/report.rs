@@ -157,6 +157,29 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
             ))
         );
     }
+    for found in &verdict.after_heal {
+        let fault = &run.faults[found.fault];
+        let ms = |d: chrono::Duration| d.num_milliseconds();
+        let _ = writeln!(
+            out,
+            "  ({}) after {}: {} timers acknowledged before the heal judged, {} more than {} s \
+             late; from the later of dueAt and the heal: median {} ms, p99 {} ms, the latest {} \
+             ms ({}); not judged: {} held past the next fault's start, {} never fired (judged \
+             by (a) and (d)), {} in a deleted command stream",
+            Invariant::PromptAfterHeal.letter(),
+            fault.name,
+            found.late.len(),
+            found.over(),
+            checker::HEAL_BOUND.num_seconds(),
+            ms(found.quantile(0.5)),
+            ms(found.quantile(0.99)),
+            ms(found.quantile(1.0)),
+            found.latest.as_ref().map_or("-".into(), |k| k.to_string()),
+            found.after_next_fault,
+            found.never_fired,
+            found.destroyed
+        );
+    }
     let _ = writeln!(
         out,
         "  commands re-sent after a failed publish: {}; commands that lost a race to a \

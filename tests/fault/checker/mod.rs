@@ -1,0 +1,312 @@
+//! The checker: pure functions from a recorded [`Run`] to the violations of the contract's
+//! invariants (docs/CONTRACT.md §1, §3, §5, §6). Nothing here does I/O, so each rule is shown on
+//! small hand-made histories in the tests beside it. One file per concern: `firings` (what fired,
+//! and (b)), `keys` ((a), (c), (d)), `hostile` ((e), (g)), `liveness` ((f), and the periods a
+//! fault disturbs), `fairness` beside the checker ((h)), `after_heal` ((i)).
+//!
+//! The invariants:
+//! - (a) every acknowledged ScheduleTimer that is its key's last command fires: an event for
+//!   (tenant, key, dueAt) exists;
+//! - (b) nothing fires early: `reachedAt ≥ dueAt` always, and the time an event was received (or
+//!   stored) is not before its `dueAt` — except while the daemon's clock ran ahead, when only
+//!   `reachedAt` is judged (on SQLite the contract judges by the daemon's own clock);
+//! - (c) a cancel the API answered `cancelled`, or one that left the key's final row
+//!   `Cancelled`, is never followed by an event for the `dueAt` it cancelled;
+//! - (d) the last command per key wins: the final row agrees with the last acknowledged
+//!   command. A command may lose to a firing only when the firing came first: the event was
+//!   out before the command was acknowledged (plus a moment), or a fault held the command up
+//!   (the command's acknowledgement and the firing are separated by a disturbed period);
+//! - (e) isolation: every message on `timer.evt.due.<t>` is a DueTimeReached of tenant t for a
+//!   (key, dueAt) tenant t scheduled; rejections appear only for tenants that sent invalid
+//!   commands; every message on `timer.cmd.<verb>.<t>` is a command of that verb and tenant;
+//!   nothing else appears on `timer.evt.>`;
+//! - (f) liveness: after each fault heals, a probe timer (due about a second later) of every
+//!   tenant fires within [`LIVENESS_BOUND`];
+//! - (g) hostile input: every API request is answered, and an invalid command is rejected,
+//!   never stored;
+//! - (h) fairness: while one tenant loads the service (a burst fired with no fault on, a flood
+//!   of heavy reads), the other tenants' timers due meanwhile fire within a second (in
+//!   `fairness`);
+//! - (i) prompt after a heal: after the daemon was killed in the middle of a burst of commands
+//!   or frozen under load, every timer acknowledged before the heal (its key's last operation)
+//!   fires within 5 s of the later of its dueAt and the heal (in `after_heal`, which says
+//!   exactly which timers it judges).
+//!
+//! Duplicates (one firing stored more than once) are allowed and counted.
+
+mod after_heal;
+mod firings;
+mod hostile;
+mod keys;
+mod liveness;
+
+use std::collections::BTreeMap;
+
+use chrono::Duration;
+
+use super::fairness::check_fairness;
+use super::history::{Instant, Key, Run};
+
+pub use after_heal::{AfterHeal, HEAL_BOUND};
+pub use firings::{clock_ahead, parse_due, preview};
+pub use liveness::{LIVENESS_BOUND, disturbed_windows};
+
+/// A firing this soon after a command's PubAck may have won the race against it.
+pub const RACE_SLACK: Duration = Duration::milliseconds(1500);
+/// A fault disturbs from its start until its probes fired, plus this.
+pub const DISTURBED_GRACE: Duration = Duration::seconds(2);
+/// After the daemon's clock is set right again, events it published just before still arrive.
+pub const CLOCK_GRACE: Duration = Duration::seconds(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invariant {
+    Fires,
+    NotEarly,
+    CancelHolds,
+    LastWins,
+    Isolation,
+    Liveness,
+    HostileInput,
+    Fairness,
+    PromptAfterHeal,
+}
+
+impl Invariant {
+    pub const ALL: [Invariant; 9] = [
+        Self::Fires,
+        Self::NotEarly,
+        Self::CancelHolds,
+        Self::LastWins,
+        Self::Isolation,
+        Self::Liveness,
+        Self::HostileInput,
+        Self::Fairness,
+        Self::PromptAfterHeal,
+    ];
+
+    pub fn letter(self) -> &'static str {
+        match self {
+            Self::Fires => "a",
+            Self::NotEarly => "b",
+            Self::CancelHolds => "c",
+            Self::LastWins => "d",
+            Self::Isolation => "e",
+            Self::Liveness => "f",
+            Self::HostileInput => "g",
+            Self::Fairness => "h",
+            Self::PromptAfterHeal => "i",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Fires => "an acknowledged schedule (its key's last command) fires",
+            Self::NotEarly => "no event before its dueAt",
+            Self::CancelHolds => "a cancel that took effect is never followed by its event",
+            Self::LastWins => "the last command per key wins",
+            Self::Isolation => "a tenant's subjects carry only its own events",
+            Self::Liveness => "after a fault heals, new timers fire within the bound",
+            Self::HostileInput => "every API request is answered, invalid commands rejected",
+            Self::Fairness => {
+                "one tenant's burst or heavy reads do not hold up the others' timers (1 s bound)"
+            }
+            Self::PromptAfterHeal => {
+                "after a kill mid-burst or a freeze under load, every timer acknowledged before \
+                 the heal fires within 5 s of the later of its dueAt and the heal"
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub invariant: Invariant,
+    /// When it happened (or was seen), to place it in the fault that was on then.
+    pub at: Instant,
+    pub key: Option<Key>,
+    pub detail: String,
+}
+
+/// One firing: a (key, dueAt) as seen by the subscriber or stored in the stream.
+#[derive(Clone, Debug)]
+pub struct Firing {
+    /// The earliest moment it was seen (received, or stored when no subscriber saw it).
+    pub first: Instant,
+    pub reached_at: Option<Instant>,
+    /// Copies stored in the event stream (more than one is a duplicate).
+    pub stored: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub violations: Vec<Violation>,
+    pub firings: BTreeMap<(Key, Instant), Firing>,
+    /// Extra stored copies of one firing: (key, dueAt, when the copy was stored).
+    pub duplicates: Vec<(Key, Instant, Instant)>,
+    /// Early events (also among the violations): (key, dueAt, when seen).
+    pub early: Vec<(Key, Instant, Instant)>,
+    /// Per fault (in order): how long after the heal every probe had fired.
+    pub refire: Vec<Option<Duration>>,
+    /// Commands that lost a race against a firing the contract allows.
+    pub lost_races: usize,
+    /// Per fault (i) judges, in order: the lateness of the timers acknowledged before its heal.
+    pub after_heal: Vec<AfterHeal>,
+}
+
+impl Verdict {
+    pub(super) fn violate(
+        &mut self,
+        invariant: Invariant,
+        at: Instant,
+        key: Option<&Key>,
+        detail: String,
+    ) {
+        self.violations.push(Violation {
+            invariant,
+            at,
+            key: key.cloned(),
+            detail,
+        });
+    }
+}
+
+/// Judges a whole run.
+pub fn check(run: &Run) -> Verdict {
+    let mut verdict = Verdict::default();
+    let messages = firings::distinct_messages(run);
+    firings::collect_firings(run, &messages, &mut verdict);
+    firings::check_not_early(run, &messages, &mut verdict);
+    hostile::check_isolation(run, &messages, &mut verdict);
+    verdict.refire = liveness::refire_times(run, &verdict.firings);
+    liveness::check_liveness(run, &mut verdict);
+    let disturbed = disturbed_windows(run, &verdict.refire);
+    keys::check_keys(run, &disturbed, &mut verdict);
+    hostile::check_hostile(run, &messages, &disturbed, &mut verdict);
+    check_fairness(run, &disturbed, &mut verdict);
+    after_heal::check_after_heal(run, &mut verdict);
+    verdict.violations.sort_by_key(|v| v.at);
+    verdict
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    pub(crate) use super::super::history::{CancelAnswer, Command, Op, Outcome, Row, Seen, Window};
+    use super::*;
+
+    pub(crate) fn t(ms: i64) -> Instant {
+        Instant::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()
+    }
+
+    pub(crate) fn key(id: &str) -> Key {
+        Key::new("acme", id)
+    }
+
+    pub(crate) fn op(id: &str, command: Command, outcome: Outcome, completed: i64) -> Op {
+        Op {
+            key: key(id),
+            command,
+            outcome,
+            invoked: t(completed - 5),
+            completed: t(completed),
+            attempts: 1,
+        }
+    }
+
+    pub(crate) fn schedule(id: &str, due: i64, acked_at: i64) -> Op {
+        op(
+            id,
+            Command::Schedule { due_at: t(due) },
+            Outcome::Acked,
+            acked_at,
+        )
+    }
+
+    pub(crate) fn event(id: &str, due: i64, reached: i64, seen: i64) -> Seen {
+        let payload = serde_json::json!({
+            "id": "0",
+            "type": "DueTimeReached",
+            "tenantId": "acme",
+            "timestampMs": 0,
+            "aggregateId": id,
+            "payload": {
+                "tenantId": "acme",
+                "serviceCallId": id,
+                "dueAt": crate::common::rfc3339(t(due)),
+                "reachedAt": crate::common::rfc3339(t(reached)),
+            }
+        });
+        Seen {
+            subject: "timer.evt.due.acme".into(),
+            payload: serde_json::to_vec(&payload).unwrap(),
+            at: t(seen),
+        }
+    }
+
+    pub(crate) fn row(id: &str, state: &str, due: Option<i64>) -> Row {
+        Row {
+            key: key(id),
+            state: state.into(),
+            due_at: due.map(t),
+        }
+    }
+
+    /// A run whose events were seen by the subscriber and stored in the stream alike.
+    pub(crate) fn run(ops: Vec<Op>, events: Vec<Seen>, rows: Vec<Row>) -> Run {
+        Run {
+            ops,
+            stream: events.clone(),
+            seen: events,
+            rows,
+            ended: Some(t(100_000)),
+            ..Run::default()
+        }
+    }
+
+    pub(crate) fn broken(verdict: &Verdict) -> Vec<Invariant> {
+        let mut found: Vec<Invariant> = verdict.violations.iter().map(|v| v.invariant).collect();
+        found.dedup();
+        found
+    }
+
+    #[test]
+    fn a_history_that_keeps_every_promise_passes() {
+        let verdict = check(&run(
+            vec![
+                schedule("k1", 5_000, 10),
+                schedule("k1", 8_000, 1_000), // a reschedule
+                schedule("k2", 6_000, 20),
+                op("k2", Command::Cancel, Outcome::Acked, 1_000),
+                schedule("k3", 7_000, 30),
+                op(
+                    "k3",
+                    Command::ApiCancel,
+                    Outcome::Answered(CancelAnswer::Cancelled),
+                    1_000,
+                ),
+            ],
+            vec![event("k1", 8_000, 8_002, 8_004)],
+            vec![
+                row("k1", "Reached", Some(8_000)),
+                row("k2", "Cancelled", Some(6_000)),
+                row("k3", "Cancelled", Some(7_000)),
+            ],
+        ));
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        assert_eq!(verdict.firings.len(), 1);
+        assert!(verdict.duplicates.is_empty());
+    }
+
+    #[test]
+    fn duplicates_are_counted_not_condemned() {
+        let verdict = check(&run(
+            vec![schedule("k1", 5_000, 10)],
+            vec![
+                event("k1", 5_000, 5_001, 5_002),
+                event("k1", 5_000, 5_900, 5_901), // republished after a crash
+            ],
+            vec![row("k1", "Reached", Some(5_000))],
+        ));
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        assert_eq!(verdict.duplicates.len(), 1);
+    }
+}

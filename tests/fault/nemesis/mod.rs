@@ -1,0 +1,226 @@
+//! The nemesis: injects one fault after another while the workload runs, each for a few
+//! seconds, heals it, and then schedules a probe timer per tenant (due a second later) to see
+//! how long the service takes to fire again. Its parts: `world` (the processes and files under
+//! attack), `outages` (the broker, the command stream, the disk, the clock, the database
+//! server), `api_flood` (hostile requests); one tenant's heavy reads are in `read_flood`.
+
+mod api_flood;
+mod daemon;
+mod outages;
+mod world;
+
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::history::{ApiRequest, FaultRecord, HostileCommand, Instant, Key, ReadFlood, Window};
+use super::observer::Observer;
+use super::workload::{Client, TENANTS};
+use crate::common::TestClient;
+
+pub use world::{Faketime, World};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    BrokerKillMidFiring,
+    BrokerPause,
+    DaemonKill,
+    DaemonTerm,
+    DaemonPause,
+    CommandStreamDeleted,
+    DiskFull,
+    ClockStep,
+    ApiFlood,
+    ReadFlood,
+    DatabasePause,
+    DatabaseRestart,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 12] = [
+        Self::BrokerKillMidFiring,
+        Self::BrokerPause,
+        Self::DaemonKill,
+        Self::DaemonTerm,
+        Self::DaemonPause,
+        Self::CommandStreamDeleted,
+        Self::DiskFull,
+        Self::ClockStep,
+        Self::ApiFlood,
+        Self::ReadFlood,
+        Self::DatabasePause,
+        Self::DatabaseRestart,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::BrokerKillMidFiring => "broker SIGKILL mid-firing",
+            Self::BrokerPause => "broker SIGSTOP 7s",
+            Self::DaemonKill => "daemon SIGKILL mid-burst",
+            Self::DaemonTerm => "daemon SIGTERM",
+            Self::DaemonPause => "daemon SIGSTOP 4s under load",
+            Self::CommandStreamDeleted => "command stream deleted",
+            Self::DiskFull => "disk full",
+            Self::ClockStep => "clock stepped",
+            Self::ApiFlood => "API flood",
+            Self::ReadFlood => "one tenant's heavy reads",
+            Self::DatabasePause => "database SIGSTOP 5s",
+            Self::DatabaseRestart => "database stopped 6s, restarted",
+        }
+    }
+
+    /// Whether it may hold commands up (see `FaultRecord::disturbs`): every fault but one
+    /// tenant's heavy reads, a load the service must take without the others noticing.
+    pub fn disturbs(self) -> bool {
+        self != Self::ReadFlood
+    }
+
+    /// Whether invariant (i) judges it (see `FaultRecord::prompt_after_heal`): the faults in
+    /// which the daemon holds commands it has not acknowledged, killed in the middle of a burst
+    /// or frozen under load.
+    pub fn prompt_after_heal(self) -> bool {
+        matches!(self, Self::DaemonKill | Self::DaemonPause)
+    }
+}
+
+/// How long the broker stays frozen: longer than the daemon's 5 s JetStream timeout.
+const BROKER_PAUSE: Duration = Duration::from_secs(7);
+
+pub struct Nemesis {
+    pub world: World,
+    pub client: Client,
+    pub observer: Observer,
+    pub admin: TestClient,
+    pub clock_ahead: Vec<Window>,
+    pub destroyed: Vec<Window>,
+    pub api_requests: Vec<ApiRequest>,
+    pub hostile: Vec<HostileCommand>,
+    pub read_floods: Vec<ReadFlood>,
+    /// How long to wait for probes at most; shortened once a probe did not fire, so a wedged
+    /// service does not make every later fault wait the whole bound (the checker still judges
+    /// the probes by when they fire, whenever that is).
+    probe_wait: Duration,
+    /// Timers of the fault itself that must fire after the heal, like the probes (the burst).
+    also_awaited: Vec<Key>,
+    /// When the fault was healed, if not when its injection returned (the daemon restarted
+    /// while the burst it was killed in is still being sent).
+    healed_at: Option<Instant>,
+    cycle: usize,
+}
+
+impl Nemesis {
+    pub fn new(world: World, client: Client, observer: Observer, admin: TestClient) -> Self {
+        Self {
+            world,
+            client,
+            observer,
+            admin,
+            clock_ahead: Vec::new(),
+            destroyed: Vec::new(),
+            api_requests: Vec::new(),
+            hostile: Vec::new(),
+            read_floods: Vec::new(),
+            probe_wait: super::checker::LIVENESS_BOUND.to_std().expect("positive"),
+            also_awaited: Vec::new(),
+            healed_at: None,
+            cycle: 0,
+        }
+    }
+
+    pub fn next_cycle(&mut self) {
+        self.cycle += 1;
+    }
+
+    /// Injects `fault`, heals it, and waits for the probes (bounded).
+    pub async fn inject(&mut self, fault: Fault) -> FaultRecord {
+        let mut notes = Vec::new();
+        let started = Utc::now();
+        let outcome = match fault {
+            Fault::BrokerKillMidFiring => self.broker_kill_mid_firing(&mut notes).await,
+            Fault::BrokerPause => {
+                self.world.server.pause();
+                tokio::time::sleep(BROKER_PAUSE).await;
+                self.world.server.resume();
+                Ok(())
+            }
+            Fault::DaemonKill => self.daemon_kill_mid_burst(&mut notes).await,
+            Fault::DaemonTerm => {
+                let asked = std::time::Instant::now();
+                let status = self.world.stop_daemon(Duration::from_secs(15)).await;
+                notes.push(match status {
+                    Some(status) => format!(
+                        "exited {status} {} ms after SIGTERM",
+                        asked.elapsed().as_millis()
+                    ),
+                    None => "did not exit within 15 s of SIGTERM (killed)".into(),
+                });
+                self.world.start_daemon();
+                Ok(())
+            }
+            Fault::DaemonPause => self.daemon_pause_under_load(&mut notes).await,
+            Fault::CommandStreamDeleted => self.delete_command_stream(&mut notes).await,
+            Fault::DiskFull => self.disk_full(&mut notes).await,
+            Fault::ClockStep => self.clock_step().await,
+            Fault::ApiFlood => {
+                self.api_flood(&mut notes).await;
+                Ok(())
+            }
+            Fault::ReadFlood => {
+                let url = self.world.server.url();
+                let flooded = super::read_flood::flood(&self.client, &url, self.cycle).await;
+                notes.push(flooded.note);
+                self.api_requests.extend(flooded.requests);
+                self.read_floods.push(flooded.flood);
+                Ok(())
+            }
+            Fault::DatabasePause => self.database_fault(fault, &mut notes).await,
+            Fault::DatabaseRestart => self.database_fault(fault, &mut notes).await,
+        };
+        let healed = self.healed_at.take().unwrap_or_else(Utc::now);
+        let (probes, skipped) = match outcome {
+            Ok(()) => (self.probe().await, None),
+            Err(why) => {
+                eprintln!("fault '{}' skipped: {why}", fault.name());
+                (Vec::new(), Some(why))
+            }
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await; // a quiet moment between faults
+        FaultRecord {
+            name: fault.name().to_owned(),
+            started,
+            healed,
+            probes,
+            skipped,
+            notes,
+            disturbs: fault.disturbs(),
+            prompt_after_heal: fault.prompt_after_heal(),
+        }
+    }
+
+    /// A probe per tenant, due a second after the heal (and the fault's own timers, if any);
+    /// waits until all fired, or the bound.
+    async fn probe(&mut self) -> Vec<Key> {
+        let since = std::time::Instant::now();
+        let due = crate::common::millis(Utc::now() + chrono::Duration::seconds(1));
+        let mut keys: Vec<Key> = TENANTS
+            .iter()
+            .map(|t| Key::new(t, &format!("probe-{}-{}", self.cycle, uuid::Uuid::now_v7())))
+            .collect();
+        futures::future::join_all(keys.iter().map(|k| self.client.schedule(k, due))).await;
+        keys.append(&mut self.also_awaited);
+        let deadline =
+            tokio::time::Instant::now() + self.probe_wait.saturating_sub(since.elapsed());
+        loop {
+            if keys.iter().all(|k| self.observer.fired(k).is_some()) {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                // Wedged: later faults wait less for theirs.
+                self.probe_wait = Duration::from_secs(6);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        keys
+    }
+}

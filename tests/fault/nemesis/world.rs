@@ -1,0 +1,119 @@
+//! The processes and files under attack: the broker, the daemon (with libfaketime for its
+//! clock), the scratch directory, the small disks, the PostgreSQL server of the run's own.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::common::{DaemonProcess, NatsServer, PostgresCluster, Scratch, SmallDisk};
+use timer_service::storage::db::DatabaseTarget;
+
+/// libfaketime for the daemon: the library and the file whose offset it reads at every call.
+pub struct Faketime {
+    pub library: PathBuf,
+    pub file: PathBuf,
+}
+
+impl Faketime {
+    /// The library named by `FAKETIME_LIB` (set by `scripts/faketime-lib.sh`), or where Debian
+    /// installs it; `Err` says why there is none.
+    pub fn find(dir: &std::path::Path) -> Result<Self, String> {
+        let library = std::env::var_os("FAKETIME_LIB")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1".into());
+        if !library.exists() {
+            return Err(format!(
+                "libfaketime not found at {} (run scripts/faketime-lib.sh, or set FAKETIME_LIB)",
+                library.display()
+            ));
+        }
+        let faketime = Self {
+            library,
+            file: dir.join("faketime.rc"),
+        };
+        faketime.set("+0");
+        Ok(faketime)
+    }
+
+    /// Sets the daemon's clock offset ("+30s", "-20s", "+0"), in one rename so the library
+    /// never reads a half-written file.
+    pub fn set(&self, offset: &str) {
+        let next = self.file.with_extension("next");
+        std::fs::write(&next, format!("{offset}\n")).expect("write the faketime file");
+        std::fs::rename(&next, &self.file).expect("replace the faketime file");
+    }
+
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("LD_PRELOAD", self.library.display().to_string()),
+            ("FAKETIME_TIMESTAMP_FILE", self.file.display().to_string()),
+            ("FAKETIME_NO_CACHE", "1".into()),
+            // Only the wall clock moves: timeouts and sleeps keep real time. The variable's
+            // name changed across libfaketime versions; both are set.
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
+            ("DONT_FAKE_MONOTONIC", "1".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+}
+
+/// The processes and files under attack.
+pub struct World {
+    pub server: NatsServer,
+    /// The tmpfs the broker keeps its streams on, when one could be mounted (held for its life).
+    pub _broker_disk: Option<SmallDisk>,
+    pub scratch: Scratch,
+    /// The small filesystem the SQLite file lives on (SQLite runs where mounting is allowed).
+    pub disk: Option<SmallDisk>,
+    pub faketime: Option<Faketime>,
+    pub daemon: Option<DaemonProcess>,
+    pub env: Vec<(String, String)>,
+    /// The PostgreSQL server of the run's own (the PostgreSQL run, where its binaries exist).
+    pub postgres: Option<PostgresCluster>,
+    /// The daemon's `/readyz` address.
+    pub http: String,
+}
+
+impl World {
+    pub fn start_daemon(&mut self) {
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        self.daemon = Some(DaemonProcess::start_with(&self.server, &self.scratch, &env));
+    }
+
+    pub fn database(&self) -> DatabaseTarget {
+        match &self.disk {
+            Some(disk) if self.scratch.database_url().is_none() => {
+                DatabaseTarget::sqlite(disk.path().join("timers.db"))
+            }
+            _ => self.scratch.database(),
+        }
+    }
+
+    pub(super) fn signal_daemon(&self, signal: i32) {
+        if let Some(daemon) = &self.daemon {
+            daemon.signal(signal);
+        }
+    }
+
+    /// Stops the daemon with SIGTERM and waits up to `timeout`; the exit status, if it exited.
+    pub async fn stop_daemon(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut daemon = self.daemon.take()?;
+        daemon.signal(libc::SIGTERM);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = daemon.try_status() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                daemon.kill9();
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
