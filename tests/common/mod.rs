@@ -559,15 +559,16 @@ impl TestClient {
             .count()
     }
 
-    /// Commands the broker still holds for the daemon (undelivered or unacknowledged).
+    /// Commands the broker still holds for the daemon (undelivered or unacknowledged): the
+    /// command stream is a work queue, so every message still in it, whichever consumer (line)
+    /// reads it.
     pub async fn commands_outstanding(&self) -> u64 {
-        let mut consumer: consumer::PullConsumer = self
+        let mut stream = self
             .js
-            .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
+            .get_stream("TIMER_COMMANDS")
             .await
-            .expect("consumer");
-        let info = consumer.info().await.expect("consumer info");
-        info.num_pending + info.num_ack_pending as u64
+            .expect("command stream");
+        stream.info().await.expect("stream info").state.messages
     }
 
     /// A raw API request on `subject`: the error code header (if any) and the JSON body.

@@ -216,7 +216,7 @@ impl Handler {
     async fn wait_for_earlier_commands(&self, seq: u64) {
         let deadline = tokio::time::Instant::now() + EARLIER_COMMANDS_WAIT;
         loop {
-            match self.publisher.handled_through().await {
+            match self.publisher.handled_through(seq).await {
                 Ok(floor) if floor + 1 >= seq => return,
                 Ok(_) => {}
                 Err(e) => {
