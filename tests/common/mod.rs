@@ -571,6 +571,29 @@ impl TestClient {
         stream.info().await.expect("stream info").state.messages
     }
 
+    /// Commands delivered to the daemon and not yet acknowledged, over every consumer of the
+    /// command stream (the first one and each line's).
+    pub async fn commands_held(&self) -> u64 {
+        use futures::TryStreamExt;
+        let stream = self
+            .js
+            .get_stream("TIMER_COMMANDS")
+            .await
+            .expect("command stream");
+        let names: Vec<String> = stream.consumer_names().try_collect().await.expect("names");
+        let mut held = 0;
+        for name in names {
+            let mut consumer: consumer::PullConsumer =
+                stream.get_consumer(&name).await.expect("consumer");
+            held += consumer
+                .info()
+                .await
+                .expect("consumer info")
+                .num_ack_pending as u64;
+        }
+        held
+    }
+
     /// A raw API request on `subject`: the error code header (if any) and the JSON body.
     pub async fn api_request(&self, subject: &str, body: Value) -> (Option<u16>, Value) {
         let reply = tokio::time::timeout(
