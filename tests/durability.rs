@@ -99,15 +99,7 @@ async fn commands_held_at_a_kill_come_back_within_seconds() {
     eventually(
         Duration::from_secs(10),
         "commands held by the daemon",
-        || async {
-            let mut consumer: async_nats::jetstream::consumer::PullConsumer = client
-                .js
-                .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
-                .await
-                .ok()?;
-            let info = consumer.info().await.ok()?;
-            (info.num_ack_pending > 0).then_some(())
-        },
+        || async { (client.commands_held().await > 0).then_some(()) },
     )
     .await;
     process.kill9();

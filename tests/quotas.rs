@@ -204,19 +204,11 @@ async fn commands_handed_back_before_the_rate_was_decided_are_decided_when_they_
     lock.execute_unprepared("BEGIN IMMEDIATE").await.unwrap();
     let ids: Vec<String> = (0..200).map(|i| format!("a-{i:03}")).collect();
     client.schedule_many("acme", &ids, later()).await;
-    // Handed back: the consumer has delivered every command at least twice, or so.
+    // Handed back: the consumers have delivered every command at least twice, or so.
     eventually(
         Duration::from_secs(20),
         "the commands delivered again",
-        || async {
-            let mut consumer: async_nats::jetstream::consumer::PullConsumer = client
-                .js
-                .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
-                .await
-                .ok()?;
-            let info = consumer.info().await.ok()?;
-            (info.delivered.consumer_sequence >= 400).then_some(())
-        },
+        || async { (client.commands_delivered().await? >= 400).then_some(()) },
     )
     .await;
     lock.execute_unprepared("COMMIT").await.unwrap();

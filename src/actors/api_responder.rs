@@ -272,7 +272,7 @@ mod tests {
             })
         }
 
-        async fn handled_through(&self) -> Result<u64, BusError> {
+        async fn handled_through(&self, _seq: u64) -> Result<u64, BusError> {
             Ok(0)
         }
     }
@@ -290,7 +290,7 @@ mod tests {
             panic!("a bug while publishing");
         }
 
-        async fn handled_through(&self) -> Result<u64, BusError> {
+        async fn handled_through(&self, _seq: u64) -> Result<u64, BusError> {
             Ok(0)
         }
     }

@@ -143,6 +143,9 @@ pub struct NatsSettings {
     pub event_max_age: Duration,
     /// Replicas of the streams the service creates (3 on a NATS cluster).
     pub replicas: usize,
+    /// Lines the command stream is split into by tenant, read in turns, so that one tenant's
+    /// backlog of commands does not stand in front of the others' (1: one line, as before).
+    pub command_partitions: u16,
     /// A `.creds` file (JWT and nkey seed), for a server with decentralised auth.
     pub credentials: Option<PathBuf>,
     /// A file holding an nkey seed (`SU…`).
@@ -289,6 +292,7 @@ impl Default for NatsSettings {
             inbox_per_tenant: false,
             event_max_age: Duration::from_secs(7 * 24 * 3600),
             replicas: 1,
+            command_partitions: 16,
             credentials: None,
             nkey_seed: None,
             user: None,
@@ -427,6 +431,7 @@ impl Config {
             subjects: self.subjects(),
             event_max_age: self.nats.event_max_age,
             replicas: self.nats.replicas,
+            command_partitions: self.nats.command_partitions,
         }
     }
 

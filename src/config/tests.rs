@@ -249,8 +249,29 @@ fn a_bad_value_or_unknown_key_names_the_key_and_its_source() {
             &[("TIMER_LOG_FORMAT", "xml")],
             &["format", "TIMER_LOG_FORMAT"],
         ),
+        (
+            Some("[nats]\ncommand_partitions = 0"),
+            &[],
+            &["nats.command_partitions", "config.toml"],
+        ),
+        (
+            None,
+            &[("TIMER_NATS_COMMAND_PARTITIONS", "257")],
+            &["nats.command_partitions", "TIMER_NATS_COMMAND_PARTITIONS"],
+        ),
     ];
     expect_errors(cases);
+}
+
+#[test]
+fn command_partitions_default_to_sixteen_and_one_is_a_single_line() {
+    Jail::expect_with(|jail| {
+        assert_eq!(load_in(jail).unwrap().nats.command_partitions, 16);
+        jail.set_env("TIMER_NATS_COMMAND_PARTITIONS", "1");
+        let config = load_in(jail).unwrap();
+        assert_eq!(config.broker_names().command_partitions, 1);
+        Ok(())
+    });
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::{Config, NatsSettings};
 use crate::domain::tenant::check_tenant_id;
+use crate::nats::partitions::MAX_COMMAND_PARTITIONS;
 
 impl Config {
     /// Checks what types alone cannot; the error names the setting's key path.
@@ -77,6 +78,15 @@ impl Config {
             return Err((
                 "nats.replicas",
                 format!("{} is outside 1–5", self.nats.replicas),
+            ));
+        }
+        if !(1..=MAX_COMMAND_PARTITIONS).contains(&self.nats.command_partitions) {
+            return Err((
+                "nats.command_partitions",
+                format!(
+                    "{} is outside 1–{MAX_COMMAND_PARTITIONS}",
+                    self.nats.command_partitions
+                ),
             ));
         }
         if self.supervisor.min_backoff > self.supervisor.max_backoff {

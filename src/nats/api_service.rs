@@ -1,7 +1,6 @@
 //! The query and cancel API as a NATS micro service (`async_nats::service`, docs/CONTRACT.md §6):
 //! name `timer-service`, one endpoint per verb on `<api prefix>.<verb>.*`, discoverable with
 //! `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS`. Daemons sharing a NATS answer in one queue group.
-//! Also the publisher that orders an API cancel in the command stream.
 //!
 //! A reply goes only to an inbox (a subject under the configured inbox prefix): the service may
 //! publish where its tenants may not (event and command subjects), so a request naming any other
@@ -11,19 +10,17 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream;
 use async_nats::service::{NATS_SERVICE_ERROR, NATS_SERVICE_ERROR_CODE, Service, ServiceExt};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
 
-use super::streams::{BrokerNames, incarnation};
+use crate::domain::Subjects;
 use crate::domain::api::{ApiError, Verb};
 #[cfg(test)]
 use crate::domain::subjects::DEFAULT_INBOX_PREFIX;
-use crate::domain::{StreamIncarnation, Subjects};
-use crate::ports::{ApiReply, ApiRequest, ApiServer, BusError, CommandPublisher, PublishError};
+use crate::ports::{ApiReply, ApiRequest, ApiServer, BusError};
 
 /// The service name in discovery (`nats micro ls`).
 pub const SERVICE_NAME: &str = "timer-service";
@@ -269,66 +266,6 @@ impl ApiReply for NatsReply {
             }
         };
         sent.map_err(|e| BusError(format!("reply not sent: {e}")))
-    }
-}
-
-/// Publishes commands to the command stream through JetStream and returns their sequence.
-pub struct JetStreamCommandPublisher {
-    js: jetstream::Context,
-    names: BrokerNames,
-}
-
-impl JetStreamCommandPublisher {
-    pub fn new(js: jetstream::Context, names: BrokerNames) -> Self {
-        Self { js, names }
-    }
-}
-
-#[async_trait]
-impl CommandPublisher for JetStreamCommandPublisher {
-    /// The incarnation is read before and after the publish: the same both times, it is the
-    /// one that stored the command; otherwise the stream was created anew meanwhile and the
-    /// command's place in the order cannot be told, which is an error.
-    async fn publish(
-        &self,
-        subject: String,
-        payload: Bytes,
-    ) -> Result<(StreamIncarnation, u64), PublishError> {
-        let before = incarnation(&self.js, &self.names.command_stream)
-            .await
-            .map_err(|e| PublishError::NotStored(e.0))?;
-        let ack = self
-            .js
-            .publish(subject, payload)
-            .await
-            .map_err(|e| PublishError::NotStored(format!("publish failed: {e}")))?
-            .await
-            .map_err(|e| PublishError::NotStored(format!("no PubAck: {e}")))?;
-        // Stored from here on: whatever fails now, the command is in the stream.
-        let unordered = |reason: String| PublishError::Unordered {
-            seq: ack.sequence,
-            reason,
-        };
-        let after = incarnation(&self.js, &self.names.command_stream)
-            .await
-            .map_err(|e| unordered(e.0))?;
-        if before != after {
-            return Err(unordered(format!(
-                "the command stream was created anew while the command was published ({before}, then {after})"
-            )));
-        }
-        Ok((after, ack.sequence))
-    }
-
-    /// The command consumer's ack floor: every command up to it is acknowledged or terminated.
-    async fn handled_through(&self) -> Result<u64, BusError> {
-        // Getting the consumer fetches its info: one request to the broker, not two.
-        let consumer: jetstream::consumer::PullConsumer = self
-            .js
-            .get_consumer_from_stream(&self.names.consumer, &self.names.command_stream)
-            .await
-            .map_err(|e| BusError(format!("command consumer unavailable: {e}")))?;
-        Ok(consumer.cached_info().ack_floor.stream_sequence)
     }
 }
 

@@ -1,22 +1,25 @@
-//! `CommandSource` over the durable pull consumer. Each pull request asks for several batches
-//! ([`REQUEST_AT_LEAST`] commands) and expires after the wait, so a quiet stream costs one
-//! request per wait and a busy one delivers many batches per round trip; each call still hands
-//! out one batch at most.
+//! `CommandSource` over the command stream's durable pull consumers: the first one, and one
+//! per line when the stream is in lines by tenant (`partitions`). Each line keeps a pull
+//! request for several batches open ([`REQUEST_AT_LEAST`] commands among the lines), expiring
+//! after the wait, so a quiet stream costs one request per line and wait and a busy one
+//! delivers many batches per round trip. A batch is filled from the lines in turns, one
+//! command each, so the commands of a tenant behind no backlog go in the next batch whatever
+//! another line holds.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, AckKind, consumer::PullConsumer, consumer::pull::Batch};
+use async_nats::jetstream::{self, AckKind};
 use async_trait::async_trait;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 
+use super::partitions::Lines;
+use super::pull::{Line, Next};
 use super::streams::{BrokerNames, ensure_broker_objects, incarnation};
 use crate::domain::StreamIncarnation;
 use crate::ports::{BusError, CommandSource, CommandSourceFactory, Delivery, InboundCommand};
 
-/// Beyond a pull request's own expiry, how long to wait for the broker to close it before
-/// giving up on the request (the broker may be gone).
-const REQUEST_GRACE: Duration = Duration::from_secs(2);
 /// Shortest life of a pull request. A call that waits only a millisecond (while commands are
 /// gathered for the next commit) still opens a request that the next calls go on reading:
 /// one that expired within a millisecond went unanswered now and then under a burst
@@ -26,18 +29,20 @@ const REQUEST_EXPIRES_AT_LEAST: Duration = Duration::from_millis(250);
 /// While the broker reports more commands pending, how long to wait for the next one to fill
 /// the batch. They are already on their way, so this is only a guard against a stalled server.
 const FILL_WAIT: Duration = Duration::from_millis(20);
-/// Commands one pull request asks for, at least: one request per small batch would make the
-/// broker's round trip the limit. The broker stops at the consumer's `max_ack_pending` anyway.
+/// Commands the open requests ask for together, at least: one request per small batch would
+/// make the broker's round trip the limit, while every command sent ahead runs its ack wait.
+/// Lines with commands pending share it; an idle line asks for its share of all lines.
 pub const REQUEST_AT_LEAST: usize = 4_000;
 
 pub struct JetStreamCommandSource {
     js: jetstream::Context,
     names: BrokerNames,
-    consumer: Option<PullConsumer>,
-    /// The open pull request, if any (messages may still arrive on it), the instant by which
-    /// the broker must have closed it (its expiry plus [`REQUEST_GRACE`]), and the incarnation
-    /// of the command stream it reads from.
-    request: Option<(Batch, tokio::time::Instant, Arc<StreamIncarnation>)>,
+    subjects: Lines,
+    /// The first consumer's line, then one per line of the stream; empty until the broker
+    /// objects are ensured.
+    lines: Vec<Line>,
+    /// The line whose turn comes first when the next batch is filled.
+    turn: usize,
     /// The incarnation the last request read from, to log a change of it once.
     stream: Option<Arc<StreamIncarnation>>,
 }
@@ -46,16 +51,17 @@ impl JetStreamCommandSource {
     pub fn new(js: jetstream::Context, names: BrokerNames) -> Self {
         Self {
             js,
+            subjects: Lines::new(&names),
             names,
-            consumer: None,
-            request: None,
+            lines: Vec::new(),
+            turn: 0,
             stream: None,
         }
     }
 
-    async fn consumer(&mut self) -> Result<&PullConsumer, BusError> {
-        if self.consumer.is_none() {
-            let consumer = ensure_broker_objects(&self.js, &self.names)
+    async fn ensure_lines(&mut self) -> Result<(), BusError> {
+        if self.lines.is_empty() {
+            let consumers = ensure_broker_objects(&self.js, &self.names)
                 .await
                 .map_err(|e| {
                     BusError(format!(
@@ -63,99 +69,115 @@ impl JetStreamCommandSource {
                         self.names.command_stream, self.names.event_stream, self.names.consumer
                     ))
                 })?;
-            self.consumer = Some(consumer);
+            tracing::info!(
+                actor = "command_handler",
+                consumers = consumers.len(),
+                "reading the command stream's consumers in turns"
+            );
+            self.lines = consumers.into_iter().map(Line::new).collect();
+            self.turn = 0;
         }
-        self.consumer
-            .as_ref()
-            .ok_or_else(|| BusError("consumer missing".into()))
+        Ok(())
     }
 
-    /// Forgets the consumer and the open request after an error, so the next call starts over.
+    /// Forgets the consumers and the open requests after an error, so the next call starts over.
     fn reset(&mut self) {
-        self.consumer = None;
-        self.request = None;
+        self.lines.clear();
         self.stream = None;
     }
 
-    /// The incarnation of the command stream that serves a pull request opened before this
-    /// call. A request goes to the consumer of that name as it is when the request arrives;
-    /// asked afterwards, the stream is that one or a newer one (which would have ended the
-    /// request by deleting its consumer), never an older one: so the messages of the request
-    /// are never taken for a newer incarnation's.
-    async fn incarnation(&self) -> Result<StreamIncarnation, BusError> {
-        incarnation(&self.js, &self.names.command_stream).await
-    }
-
-    async fn open_request(&mut self, max: usize, wait: Duration) -> Result<(), BusError> {
-        if self.request.is_none() {
-            let batch = self
-                .consumer()
-                .await?
-                .batch()
-                .max_messages(max.max(REQUEST_AT_LEAST))
-                .expires(wait.max(REQUEST_EXPIRES_AT_LEAST))
-                .messages()
-                .await
-                .map_err(|e| BusError(format!("pull request failed: {e}")));
-            let answer_by =
-                tokio::time::Instant::now() + wait.max(REQUEST_EXPIRES_AT_LEAST) + REQUEST_GRACE;
-            let opened = match batch {
-                Ok(batch) => self.incarnation().await.map(|stream| (batch, stream)),
-                Err(e) => Err(e),
+    /// Opens a request on every line without one. The incarnation of the command stream is
+    /// asked after the requests are sent: a request goes to the consumer of that name as it is
+    /// when the request arrives, so the stream asked afterwards is that one or a newer one
+    /// (which would have ended the request by deleting its consumer), never an older one; the
+    /// messages of a request are never taken for a newer incarnation's.
+    async fn open_requests(&mut self, max: usize, wait: Duration) -> Result<(), BusError> {
+        self.ensure_lines().await?;
+        let expires = wait.max(REQUEST_EXPIRES_AT_LEAST);
+        let busy = self.lines.iter().filter(|l| l.pending > 0).count().max(1);
+        let mut sent = Vec::new();
+        for (i, line) in self.lines.iter().enumerate() {
+            if line.is_open() {
+                continue;
+            }
+            let share = if line.pending > 0 {
+                busy
+            } else {
+                self.lines.len()
             };
-            match opened {
-                Ok((batch, stream)) => {
-                    let stream = match &self.stream {
-                        Some(known) if **known == stream => known.clone(),
-                        _ => {
-                            tracing::info!(actor = "command_handler", stream = %stream,
-                                "reading the command stream");
-                            Arc::new(stream)
-                        }
-                    };
-                    self.stream = Some(stream.clone());
-                    self.request = Some((batch, answer_by, stream));
-                }
+            match line
+                .request(max.max(REQUEST_AT_LEAST / share), expires)
+                .await
+            {
+                Ok(batch) => sent.push((i, batch)),
                 Err(e) => {
                     self.reset();
                     return Err(e);
                 }
             }
         }
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let stream = match incarnation(&self.js, &self.names.command_stream).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                self.reset();
+                return Err(e);
+            }
+        };
+        let stream = match &self.stream {
+            Some(known) if **known == stream => known.clone(),
+            _ => {
+                tracing::info!(actor = "command_handler", stream = %stream,
+                    "reading the command stream");
+                Arc::new(stream)
+            }
+        };
+        self.stream = Some(stream.clone());
+        for (i, batch) in sent {
+            self.lines[i].opened(batch, expires, stream.clone());
+        }
         Ok(())
     }
 
-    /// Appends every message already received on the open request, up to `max` in `out`.
-    /// Returns how many commands the broker said were still pending at the last one.
-    fn take_ready(&mut self, out: &mut Vec<InboundCommand>, max: usize, mut pending: u64) -> u64 {
-        while out.len() < max {
-            let Some((batch, _, stream)) = self.request.as_mut() else {
-                break;
-            };
-            match batch.next().now_or_never() {
-                Some(Some(Ok(message))) => pending = push(out, message, stream),
-                Some(Some(Err(e))) => {
-                    tracing::warn!(actor = "command_handler", error = %e, "pull request ended with an error");
-                    self.request = None;
+    /// Appends what the lines have already received, up to `max` in `out`, one command per line
+    /// in turn; the next call starts with the line whose turn it would have been.
+    fn take_turns(&mut self, out: &mut Vec<InboundCommand>, max: usize) {
+        let n = self.lines.len();
+        let mut turns: VecDeque<usize> = (0..n).map(|k| (self.turn + k) % n).collect();
+        while let Some(i) = turns.pop_front() {
+            if out.len() >= max {
+                self.turn = i;
+                return;
+            }
+            match self.lines[i].ready() {
+                Some(Next::Message(message, stream)) => {
+                    out.extend(inbound(*message, stream, &self.subjects));
+                    turns.push_back(i);
                 }
-                Some(None) => self.request = None,
-                None => break,
+                Some(Next::Failed(e)) => {
+                    tracing::warn!(actor = "command_handler", error = %e, "pull request ended with an error");
+                }
+                Some(Next::Ended) | None => {}
             }
         }
-        pending
     }
-}
 
-/// Appends a delivered message of `stream`; returns the broker's count of commands pending
-/// behind it.
-fn push(
-    out: &mut Vec<InboundCommand>,
-    message: jetstream::Message,
-    stream: &Arc<StreamIncarnation>,
-) -> u64 {
-    let pending = message.info().map(|i| i.pending).unwrap_or(0);
-    out.extend(inbound(message, stream.clone()));
-    pending
+    /// Waits for the first line to yield something; `None` when no line has a request open.
+    async fn next_any(&mut self) -> Option<(usize, Next)> {
+        let waiting: Vec<_> = self
+            .lines
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, line)| line.is_open())
+            .map(|(i, line)| async move { (i, line.next().await) }.boxed())
+            .collect();
+        if waiting.is_empty() {
+            return None;
+        }
+        Some(futures::future::select_all(waiting).await.0)
+    }
 }
 
 #[async_trait]
@@ -165,75 +187,73 @@ impl CommandSource for JetStreamCommandSource {
         max: usize,
         wait: Duration,
     ) -> Result<Vec<InboundCommand>, BusError> {
-        self.open_request(max, wait).await?;
+        self.open_requests(max, wait).await?;
         let mut out = Vec::new();
-        let Some((batch, answer_by, stream)) = self.request.as_mut() else {
-            return Ok(out);
-        };
-        // A request opened by an earlier call may live longer than this call's `wait`: waiting
-        // on it only that long keeps gathered commands from waiting for its expiry.
-        let answer_by = *answer_by;
-        let first_wait = tokio::time::Instant::now() + wait;
-        let mut pending =
-            match tokio::time::timeout_at(first_wait.min(answer_by), batch.next()).await {
-                Ok(Some(Ok(message))) => push(&mut out, message, stream),
-                Ok(Some(Err(e))) => {
+        self.take_turns(&mut out, max);
+        if out.is_empty() {
+            // A request opened by an earlier call may live longer than this call's `wait`:
+            // waiting on it only that long keeps gathered commands from waiting for its expiry.
+            let Some(answer_by) = self.lines.iter().filter_map(Line::answer_by).min() else {
+                return Ok(out);
+            };
+            let first_wait = tokio::time::Instant::now() + wait;
+            match tokio::time::timeout_at(first_wait.min(answer_by), self.next_any()).await {
+                Ok(Some((_, Next::Message(message, stream)))) => {
+                    out.extend(inbound(*message, stream, &self.subjects));
+                }
+                Ok(Some((_, Next::Failed(e)))) => {
                     self.reset();
                     return Err(BusError(format!("pull request failed: {e}")));
                 }
-                Ok(None) => {
-                    self.request = None;
-                    return Ok(out);
-                }
+                Ok(Some((_, Next::Ended))) | Ok(None) => return Ok(out),
                 Err(_) if tokio::time::Instant::now() < answer_by => return Ok(out),
                 Err(_) => {
-                    // The broker let the request lapse without a word: it may be frozen or
-                    // gone. Look it up afresh after a backoff rather than sending request after
+                    // The broker let a request lapse without a word: it may be frozen or gone.
+                    // Look it up afresh after a backoff rather than sending request after
                     // request into a broker that does not answer (each would take commands to
                     // an inbox no longer read once it resumes, until their ack wait runs out).
                     self.reset();
                     return Err(BusError("pull request was never answered".into()));
                 }
-            };
-        // Fill the batch while the broker says more are pending and the request has room:
-        // under load every transaction then carries a full batch.
+            }
+        }
+        // Fill the batch while the broker says more are pending on a line with a request
+        // open: under load every transaction then carries a full batch.
         loop {
-            pending = self.take_ready(&mut out, max, pending);
-            if out.len() >= max || pending == 0 {
+            self.take_turns(&mut out, max);
+            if out.len() >= max || !self.lines.iter().any(|l| l.pending > 0 && l.is_open()) {
                 break;
             }
-            let Some((batch, _, stream)) = self.request.as_mut() else {
-                break;
-            };
-            match tokio::time::timeout(FILL_WAIT, batch.next()).await {
-                Ok(Some(Ok(message))) => pending = push(&mut out, message, stream),
-                Ok(Some(Err(_))) | Ok(None) => {
-                    self.request = None;
-                    break;
+            match tokio::time::timeout(FILL_WAIT, self.next_any()).await {
+                Ok(Some((_, Next::Message(message, stream)))) => {
+                    out.extend(inbound(*message, stream, &self.subjects));
                 }
-                Err(_) => break,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
             }
         }
         Ok(out)
     }
 
+    /// Every line's open request, drained at once: their expiries run together.
     async fn drain(&mut self) -> Result<Vec<InboundCommand>, BusError> {
-        let mut out = Vec::new();
-        while let Some((batch, answer_by, stream)) = self.request.as_mut() {
-            match tokio::time::timeout_at(*answer_by, batch.next()).await {
-                Ok(Some(Ok(message))) => {
-                    push(&mut out, message, stream);
-                }
-                Ok(Some(Err(_))) | Ok(None) | Err(_) => self.request = None,
-            }
-        }
-        Ok(out)
+        let drained = futures::future::join_all(self.lines.iter_mut().map(Line::drain)).await;
+        Ok(drained
+            .into_iter()
+            .flatten()
+            .filter_map(|(message, stream)| inbound(message, stream, &self.subjects))
+            .collect())
     }
 }
 
 /// Wraps a delivered message; a message without JetStream metadata cannot be ordered and is
 /// terminated.
-fn inbound(message: jetstream::Message, stream: Arc<StreamIncarnation>) -> Option<InboundCommand> {
+/// The subject handed on is the one the client published on (the line token taken out).
+fn inbound(
+    message: jetstream::Message,
+    stream: Arc<StreamIncarnation>,
+    subjects: &Lines,
+) -> Option<InboundCommand> {
     let (sequence, redelivered) = match message.info() {
         Ok(info) => (info.stream_sequence, info.delivered > 1),
         Err(e) => {
@@ -247,7 +267,7 @@ fn inbound(message: jetstream::Message, stream: Arc<StreamIncarnation>) -> Optio
     };
     let (message, acker) = message.split();
     Some(InboundCommand::new(
-        message.subject.to_string(),
+        subjects.client_subject(&message.subject),
         message.payload,
         sequence,
         stream,

@@ -1,4 +1,4 @@
-//! The streams and the consumer the service relies on, created when absent and accepted as
+//! The streams and the consumers the service relies on, created when absent and accepted as
 //! they are when an operator made them first.
 
 use std::time::Duration;
@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::FromConsumer;
 use async_nats::jetstream::{self, consumer, stream};
 
+use super::partitions::{self, Lines};
 use crate::domain::{StreamIncarnation, Subjects};
 use crate::ports::BusError;
 
@@ -20,6 +21,8 @@ pub struct BrokerNames {
     pub event_max_age: Duration,
     /// Replicas of the streams the service creates.
     pub replicas: usize,
+    /// Lines of the command stream, by tenant (`partitions`); 1 for a single line.
+    pub command_partitions: u16,
 }
 
 impl Default for BrokerNames {
@@ -31,14 +34,46 @@ impl Default for BrokerNames {
             subjects: Subjects::default(),
             event_max_age: Duration::from_secs(7 * 24 * 3600),
             replicas: 1,
+            command_partitions: 16,
         }
     }
 }
 
 pub use crate::ports::COMMAND_ACK_WAIT;
 
+/// How long to wait for the server's `INFO` (its version) when the connection has not had one.
+const SERVER_INFO_WAIT: Duration = Duration::from_secs(5);
+
+/// The version of the server the client is connected to, once it has said it.
+async fn server_version(js: &jetstream::Context) -> Result<String, async_nats::Error> {
+    let client = js.client();
+    if client.try_server_info().is_none() {
+        tokio::time::timeout(SERVER_INFO_WAIT, client.flush())
+            .await
+            .map_err(|_| "the NATS server has not answered")??;
+    }
+    client
+        .try_server_info()
+        .map(|info| info.version)
+        .ok_or_else(|| "the NATS server has not said its version".into())
+}
+
+/// The lines the command stream is to have, or `None` for a single line: asked for one, or
+/// a server older than 2.10, which has no subject transforms.
+pub async fn wanted_lines(
+    js: &jetstream::Context,
+    names: &BrokerNames,
+) -> Result<Option<Lines>, async_nats::Error> {
+    if names.command_partitions <= 1 {
+        return Ok(None);
+    }
+    let version = server_version(js).await?;
+    Ok(partitions::supports_transforms(&version).then(|| Lines::new(names)))
+}
+
 /// The command stream: a work queue, since a command acknowledged by the service is in SQLite
-/// and the broker need not keep it.
+/// and the broker need not keep it. Created with its lines' transform; one found is taken as
+/// it is (its transform is set by [`ensure_broker_objects`], in its turn).
 pub async fn ensure_command_stream(
     js: &jetstream::Context,
     names: &BrokerNames,
@@ -50,28 +85,59 @@ pub async fn ensure_command_stream(
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             num_replicas: names.replicas,
+            subject_transform: wanted_lines(js, names)
+                .await?
+                .map(|lines| lines.transform()),
             ..Default::default()
         })
         .await?)
 }
 
-/// Everything the service relies on, created when absent: the command stream, its consumer
+/// Everything the service relies on, created when absent: the command stream, its consumers
 /// and the event stream. Called as soon as the broker is reached (the CommandHandler's first
-/// pull, and again after any pull failure), so a downstream consumer of the event stream can
-/// be created before the first event.
+/// pull, and again after any pull failure, so a stream deleted and created anew gets its
+/// consumers again), so a downstream consumer of the event stream can be created before the
+/// first event. Returns the command consumers, the first one first.
+///
+/// The order matters to a deployment of an earlier version (one consumer reading
+/// everything): that consumer is narrowed to the published subjects first, then the stream
+/// stores new commands in lines, then the lines' consumers are created. Nothing stored is
+/// left without a consumer at any step, and no two consumers overlap.
 pub async fn ensure_broker_objects(
     js: &jetstream::Context,
     names: &BrokerNames,
-) -> Result<consumer::PullConsumer, async_nats::Error> {
-    let consumer = ensure_command_consumer(js, names).await?;
+) -> Result<Vec<consumer::PullConsumer>, async_nats::Error> {
+    let wanted = wanted_lines(js, names).await?;
+    if wanted.is_none() && names.command_partitions > 1 {
+        let version = server_version(js).await?;
+        tracing::warn!(server_version = %version,
+            command_partitions = names.command_partitions,
+            "the NATS server has no subject transforms (2.10 or later): commands are read in \
+             one line, first in first out across tenants");
+    }
+    let all = Lines::new(names);
+    let stream = ensure_command_stream(js, names).await?;
+    let mut first = ensure_command_consumer(js, names).await?;
+    if wanted.is_some() {
+        first = partitions::narrow_first_consumer(&stream, first, &all).await?;
+    }
+    // A server without transforms keeps its stream as it is (it would not know the field).
+    if wanted.is_some() || stream.cached_info().config.subject_transform.is_some() {
+        partitions::set_transform(js, stream.clone(), wanted.as_ref().map(Lines::transform))
+            .await?;
+    }
+    let mut consumers = vec![first];
+    consumers.extend(partitions::ensure_line_consumers(&stream, wanted.as_ref(), &all).await?);
     ensure_event_stream(js, names).await?;
-    Ok(consumer)
+    Ok(consumers)
 }
 
-/// The durable pull consumer the CommandHandler reads from: explicit acks, redelivered
-/// without limit until the service stores or refuses each command. A consumer found with a
-/// longer ack wait (made by an earlier version, with 30 s) is given [`COMMAND_ACK_WAIT`];
-/// should the broker refuse that, it is used as it is, with a warning.
+/// The first durable pull consumer of the command stream (the only one with a single line):
+/// explicit acks, redelivered without limit until the service stores or refuses each command.
+/// It reads the published subjects, which with lines are only what an earlier version stored
+/// and subjects the lines' transform leaves alone. A consumer found with a longer ack wait
+/// (made by an earlier version, with 30 s) is given [`COMMAND_ACK_WAIT`]; should the broker
+/// refuse that, it is used as it is, with a warning.
 pub async fn ensure_command_consumer(
     js: &jetstream::Context,
     names: &BrokerNames,
@@ -82,6 +148,7 @@ pub async fn ensure_command_consumer(
             &names.consumer,
             consumer::pull::Config {
                 durable_name: Some(names.consumer.clone()),
+                filter_subject: names.subjects.command_wildcard(),
                 ack_policy: consumer::AckPolicy::Explicit,
                 ack_wait: COMMAND_ACK_WAIT,
                 max_ack_pending: 10_000,

@@ -52,6 +52,7 @@ pub trait CommandPublisher: Send + Sync + 'static {
         payload: Bytes,
     ) -> Result<(StreamIncarnation, u64), PublishError>;
 
-    /// The stream sequence up to which every command has been handled (stored or refused).
-    async fn handled_through(&self) -> Result<u64, BusError>;
+    /// The stream sequence up to which every command that may share a key with command `seq`
+    /// has been handled (stored or refused).
+    async fn handled_through(&self, seq: u64) -> Result<u64, BusError>;
 }

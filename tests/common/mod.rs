@@ -559,15 +559,53 @@ impl TestClient {
             .count()
     }
 
-    /// Commands the broker still holds for the daemon (undelivered or unacknowledged).
+    /// Commands the broker still holds for the daemon (undelivered or unacknowledged): the
+    /// command stream is a work queue, so every message still in it, whichever consumer (line)
+    /// reads it.
     pub async fn commands_outstanding(&self) -> u64 {
-        let mut consumer: consumer::PullConsumer = self
+        let mut stream = self
             .js
-            .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
+            .get_stream("TIMER_COMMANDS")
             .await
-            .expect("consumer");
-        let info = consumer.info().await.expect("consumer info");
-        info.num_pending + info.num_ack_pending as u64
+            .expect("command stream");
+        stream.info().await.expect("stream info").state.messages
+    }
+
+    /// Deliveries the consumers of the command stream have made so far (the first one and each
+    /// line's), redeliveries included.
+    pub async fn commands_delivered(&self) -> Option<u64> {
+        use futures::TryStreamExt;
+        let stream = self.js.get_stream("TIMER_COMMANDS").await.ok()?;
+        let names: Vec<String> = stream.consumer_names().try_collect().await.ok()?;
+        let mut delivered = 0;
+        for name in names {
+            let mut consumer: consumer::PullConsumer = stream.get_consumer(&name).await.ok()?;
+            delivered += consumer.info().await.ok()?.delivered.consumer_sequence;
+        }
+        Some(delivered)
+    }
+
+    /// Commands delivered to the daemon and not yet acknowledged, over every consumer of the
+    /// command stream (the first one and each line's).
+    pub async fn commands_held(&self) -> u64 {
+        use futures::TryStreamExt;
+        let stream = self
+            .js
+            .get_stream("TIMER_COMMANDS")
+            .await
+            .expect("command stream");
+        let names: Vec<String> = stream.consumer_names().try_collect().await.expect("names");
+        let mut held = 0;
+        for name in names {
+            let mut consumer: consumer::PullConsumer =
+                stream.get_consumer(&name).await.expect("consumer");
+            held += consumer
+                .info()
+                .await
+                .expect("consumer info")
+                .num_ack_pending as u64;
+        }
+        held
     }
 
     /// A raw API request on `subject`: the error code header (if any) and the JSON body.

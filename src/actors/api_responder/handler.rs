@@ -18,7 +18,7 @@ use crate::domain::command::{cancel_timer_command, generated_correlation_id};
 use crate::domain::forecast::ForecastWindow;
 use crate::domain::tenant::check_tenant_id;
 use crate::domain::{Action, Command, StreamIncarnation, Subjects, command_order};
-use crate::ports::{Clock, CommandPublisher, PublishError};
+use crate::ports::{BusError, Clock, CommandPublisher, PublishError};
 use crate::storage::StoreError;
 
 /// How long a cancel waits for the commands published before it to be handled, so that its
@@ -216,14 +216,16 @@ impl Handler {
     async fn wait_for_earlier_commands(&self, seq: u64) {
         let deadline = tokio::time::Instant::now() + EARLIER_COMMANDS_WAIT;
         loop {
-            match self.publisher.handled_through().await {
+            match tokio::time::timeout_at(deadline, self.publisher.handled_through(seq))
+                .await
+                .unwrap_or_else(|_| Err(BusError("no answer before the deadline".into())))
+            {
                 Ok(floor) if floor + 1 >= seq => return,
                 Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(actor = ApiResponder::NAME, error = %e,
-                        "cannot tell which commands are handled; applying the cancel now");
-                    return;
-                }
+                // Asked again until the deadline: a consumer still being created (a daemon
+                // starting) or a broker restarting answers in a moment.
+                Err(e) => tracing::debug!(actor = ApiResponder::NAME, error = %e,
+                    "cannot tell yet which commands are handled"),
             }
             if tokio::time::Instant::now() >= deadline {
                 tracing::warn!(

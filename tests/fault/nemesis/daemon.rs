@@ -141,15 +141,19 @@ impl Nemesis {
         Ok(())
     }
 
-    /// How many commands the daemon has been delivered and not yet acknowledged.
+    /// How many commands the daemon has been delivered and not yet acknowledged, over every
+    /// consumer of the command stream (the first one and each line's).
     async fn commands_held(&self) -> Option<usize> {
-        let mut consumer: async_nats::jetstream::consumer::PullConsumer = self
-            .admin
-            .js
-            .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
-            .await
-            .ok()?;
-        Some(consumer.info().await.ok()?.num_ack_pending)
+        use futures::TryStreamExt;
+        let stream = self.admin.js.get_stream("TIMER_COMMANDS").await.ok()?;
+        let names: Vec<String> = stream.consumer_names().try_collect().await.ok()?;
+        let mut held = 0;
+        for name in names {
+            let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+                stream.get_consumer(&name).await.ok()?;
+            held += consumer.info().await.ok()?.num_ack_pending;
+        }
+        Some(held)
     }
 }
 

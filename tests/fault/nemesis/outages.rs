@@ -119,17 +119,12 @@ impl Nemesis {
         }
     }
 
-    /// When the oldest command the daemon has not acknowledged was stored, if there is one.
+    /// When the oldest command the daemon has not acknowledged was stored, if there is one: the
+    /// command stream is a work queue, so its first message, whichever line holds it.
     async fn oldest_unprocessed_command(&self) -> Option<Instant> {
-        let mut consumer: async_nats::jetstream::consumer::PullConsumer = self
-            .admin
-            .js
-            .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
-            .await
-            .ok()?;
-        let floor = consumer.info().await.ok()?.ack_floor.stream_sequence;
-        let stream = self.admin.js.get_stream("TIMER_COMMANDS").await.ok()?;
-        let message = stream.get_raw_message(floor + 1).await.ok()?;
+        let mut stream = self.admin.js.get_stream("TIMER_COMMANDS").await.ok()?;
+        let first = stream.info().await.ok()?.state.first_sequence;
+        let message = stream.get_raw_message(first).await.ok()?;
         Some(Instant::from_timestamp_nanos(
             message.time.unix_timestamp_nanos() as i64,
         ))

@@ -1,0 +1,287 @@
+//! The command stream in lines by tenant, read in turns, so one tenant's backlog of commands
+//! does not stand in front of another tenant's (docs/design.md, "Commands in turns").
+//!
+//! The stream stores `<prefix>.<action>.<tenant>` as `<prefix>.<action>.<tenant>.<k>`, the
+//! broker computing `k` from the tenant token (`{{partition(N,2)}}`, a hash): one tenant, one
+//! line. Each line has a durable consumer, `<consumer>-p<k>`, filtering on `k`. The first
+//! consumer is narrowed to every other shape (what an earlier version stored, malformed
+//! subjects), so no two consumers overlap, which a work-queue stream refuses. (Storing the
+//! lines outside the stream's subjects would keep clients from publishing into one, but
+//! nats-server 2.15 then left some acknowledged messages in the work queue.)
+
+use async_nats::jetstream::consumer::{self, FromConsumer, PullConsumer};
+use async_nats::jetstream::stream::{self, SubjectTransform};
+use async_nats::jetstream::{self as js};
+use futures::TryStreamExt;
+
+use super::streams::{BrokerNames, COMMAND_ACK_WAIT};
+
+/// Most lines a deployment may have: each is a consumer and an open pull request.
+pub const MAX_COMMAND_PARTITIONS: u16 = 256;
+
+/// The first server version with stream subject transforms.
+const TRANSFORMS_SINCE: (u64, u64) = (2, 10);
+
+/// The subject shapes of one deployment's lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lines {
+    /// `timer.cmd`: what clients publish under.
+    prefix: String,
+    consumer: String,
+    count: u16,
+}
+
+impl Lines {
+    pub fn new(names: &BrokerNames) -> Self {
+        let wildcard = names.subjects.command_wildcard();
+        let prefix = wildcard.trim_end_matches(".>").to_owned();
+        Self {
+            prefix,
+            consumer: names.consumer.clone(),
+            count: names.command_partitions.max(1),
+        }
+    }
+
+    pub fn count(&self) -> u16 {
+        self.count
+    }
+
+    /// What the first consumer reads once lines exist: what an earlier version stored
+    /// (`<prefix>.<action>.<tenant>`) and subjects of other shapes, which are rejected as
+    /// always; every shape but a line's five tokens.
+    pub fn first_filters(&self) -> Vec<String> {
+        let p = &self.prefix;
+        vec![
+            format!("{p}.*"),
+            format!("{p}.*.*"),
+            format!("{p}.*.*.*.*.>"),
+        ]
+    }
+
+    pub fn transform(&self) -> SubjectTransform {
+        SubjectTransform {
+            source: format!("{}.*.*", self.prefix),
+            destination: format!(
+                "{}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}.{{{{partition({},2)}}}}",
+                self.prefix, self.count
+            ),
+        }
+    }
+
+    pub fn consumer_name(&self, line: u16) -> String {
+        format!("{}-p{line}", self.consumer)
+    }
+
+    pub fn filter(&self, line: u16) -> String {
+        format!("{}.*.*.{line}", self.prefix)
+    }
+
+    /// The line a consumer of this deployment reads, from its name.
+    pub fn line_of(&self, consumer_name: &str) -> Option<u16> {
+        let digits = consumer_name
+            .strip_prefix(self.consumer.as_str())?
+            .strip_prefix("-p")?;
+        (!digits.starts_with('+')).then_some(())?;
+        digits.parse().ok()
+    }
+
+    /// The line and the published subject of a command stored as
+    /// `<prefix>.<action>.<tenant>.<line>`; `None` for any other stored subject.
+    fn split(&self, stored: &str) -> Option<(u16, String)> {
+        let rest = stored
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix('.')?;
+        let (published, line) = rest.rsplit_once('.')?;
+        let (action, tenant) = published.split_once('.')?;
+        if action.is_empty() || tenant.is_empty() || tenant.contains('.') {
+            return None;
+        }
+        // Any line, also one beyond `count` left by a larger setting.
+        let line = line.parse::<u16>().ok()?;
+        Some((line, format!("{}.{published}", self.prefix)))
+    }
+
+    /// The consumer that reads a command stored on `stored`: its line's, or the first one.
+    pub fn consumer_of(&self, stored: &str) -> String {
+        match self.split(stored) {
+            Some((line, _)) => self.consumer_name(line),
+            None => self.consumer.clone(),
+        }
+    }
+
+    /// The filter of the line that stores `stored`, when it is a line's subject.
+    pub fn line_filter_of(&self, stored: &str) -> Option<String> {
+        self.split(stored).map(|(line, _)| self.filter(line))
+    }
+
+    /// The subject a client published a stored command on: the line token taken out, so the
+    /// domain reads `<prefix>.<action>.<tenant>` whichever line carried it.
+    pub fn client_subject(&self, stored: &str) -> String {
+        self.split(stored)
+            .map_or_else(|| stored.to_owned(), |(_, published)| published)
+    }
+}
+
+/// Whether a server of `version` (`2.10.4`, `v2.9.10`) applies stream subject transforms.
+pub fn supports_transforms(version: &str) -> bool {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(['.', '-'])
+        .map(|p| p.parse::<u64>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= TRANSFORMS_SINCE,
+        _ => false,
+    }
+}
+
+/// Gives the stream the transform `wanted` (or none), keeping the rest of its configuration.
+/// Called only once the first consumer no longer reads a line's subjects, so a daemon of an
+/// earlier version still reading it never meets a stored subject it cannot parse.
+pub async fn set_transform(
+    js: &js::Context,
+    stream: stream::Stream,
+    wanted: Option<SubjectTransform>,
+) -> Result<(), async_nats::Error> {
+    let mut config = stream.cached_info().config.clone();
+    if config.subject_transform == wanted {
+        return Ok(());
+    }
+    let from = config.subject_transform.take();
+    config.subject_transform = wanted.clone();
+    js.update_stream(config).await?;
+    tracing::info!(stream = %stream.cached_info().config.name, from = ?from, to = ?wanted,
+        "the command stream's subject transform changed");
+    Ok(())
+}
+
+/// The consumer of each line, created when absent, then every other line consumer of this
+/// deployment found on the stream (left by a larger `command_partitions`), so the commands
+/// stored in them are read too.
+pub async fn ensure_line_consumers(
+    stream: &stream::Stream,
+    lines: Option<&Lines>,
+    all: &Lines,
+) -> Result<Vec<PullConsumer>, async_nats::Error> {
+    let mut consumers = Vec::new();
+    let wanted = lines.map_or(0, Lines::count);
+    for line in 0..wanted {
+        let name = all.consumer_name(line);
+        let consumer = stream
+            .get_or_create_consumer(
+                &name,
+                consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    filter_subject: all.filter(line),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: COMMAND_ACK_WAIT,
+                    max_ack_pending: 10_000,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        consumers.push(consumer);
+    }
+    let mut names: Vec<String> = stream.consumer_names().try_collect().await?;
+    names.sort();
+    for name in names {
+        if all.line_of(&name).is_some_and(|line| line >= wanted) {
+            tracing::info!(consumer = %name,
+                "reading a line consumer beyond command_partitions: it may hold commands");
+            consumers.push(stream.get_consumer(&name).await?);
+        }
+    }
+    Ok(consumers)
+}
+
+/// Narrows a first consumer that reads everything (as earlier versions made it) to every
+/// subject but the lines', so it no longer overlaps them. What it holds stays: every command
+/// stored before the transform has one of those subjects.
+pub async fn narrow_first_consumer(
+    stream: &stream::Stream,
+    consumer: PullConsumer,
+    lines: &Lines,
+) -> Result<PullConsumer, async_nats::Error> {
+    let config = &consumer.cached_info().config;
+    let wide = format!("{}.>", lines.prefix);
+    let reads_all = config.filter_subject.is_empty() || config.filter_subject == wide;
+    if !reads_all || !config.filter_subjects.is_empty() {
+        return Ok(consumer);
+    }
+    let mut config = config.clone();
+    config.filter_subject = String::new();
+    config.filter_subjects = lines.first_filters();
+    let narrowed = stream
+        .create_consumer(consumer::pull::Config::try_from_consumer_config(config)?)
+        .await?;
+    tracing::info!(consumer = %lines.consumer, filters = ?lines.first_filters(),
+        "the command consumer narrowed to the published subjects: commands now go in lines");
+    Ok(narrowed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(count: u16) -> Lines {
+        Lines::new(&BrokerNames {
+            command_partitions: count,
+            ..BrokerNames::default()
+        })
+    }
+
+    #[test]
+    fn a_tenant_token_picks_the_line_and_the_line_token_is_taken_out_again() {
+        let l = lines(16);
+        assert_eq!(l.transform().source, "timer.cmd.*.*");
+        assert_eq!(
+            l.transform().destination,
+            "timer.cmd.{{wildcard(1)}}.{{wildcard(2)}}.{{partition(16,2)}}"
+        );
+        assert_eq!(l.filter(3), "timer.cmd.*.*.3");
+        assert_eq!(
+            l.first_filters(),
+            ["timer.cmd.*", "timer.cmd.*.*", "timer.cmd.*.*.*.*.>"]
+        );
+        assert_eq!(
+            l.client_subject("timer.cmd.schedule.acme.3"),
+            "timer.cmd.schedule.acme"
+        );
+        assert_eq!(l.consumer_of("timer.cmd.cancel.acme.3"), "timer-service-p3");
+        assert_eq!(l.consumer_of("timer.cmd.cancel.acme"), "timer-service");
+        for untouched in [
+            "timer.cmd.schedule.acme",
+            "timer.cmd.schedule.acme.x",
+            "timer.cmd.schedule.acme.3.4",
+            "timer.cmdx.schedule.acme.3",
+        ] {
+            assert_eq!(l.client_subject(untouched), untouched);
+        }
+    }
+
+    #[test]
+    fn line_consumers_are_told_from_others_by_name() {
+        let l = lines(4);
+        assert_eq!(l.consumer_name(2), "timer-service-p2");
+        assert_eq!(l.line_of("timer-service-p2"), Some(2));
+        assert_eq!(l.line_of("timer-service-p17"), Some(17));
+        for other in [
+            "timer-service",
+            "timer-service-p",
+            "timer-service-px",
+            "other-p1",
+        ] {
+            assert_eq!(l.line_of(other), None, "{other}");
+        }
+        assert_eq!(l.line_of("timer-service-p+1"), None);
+    }
+
+    #[test]
+    fn transforms_arrived_with_server_2_10() {
+        for yes in ["2.10.0", "2.15.1", "v2.11.3", "3.0.0", "2.10.0-beta.1"] {
+            assert!(supports_transforms(yes), "{yes}");
+        }
+        for no in ["2.9.10", "v2.9.25", "1.4.1", "", "nonsense"] {
+            assert!(!supports_transforms(no), "{no}");
+        }
+    }
+}
