@@ -257,7 +257,7 @@ async fn an_earlier_versions_stream_is_drained_and_put_in_lines() {
     let first: consumer::PullConsumer = stream.get_consumer("timer-service").await.unwrap();
     assert_eq!(
         first.cached_info().config.filter_subjects,
-        ["timer.cmd.*", "timer.cmd.*.*", "timer.cmd.*.*.*.*.>"]
+        ["timer.cmd.*", "timer.cmd.*.*", "timer.cmd.*.*.*.>"]
     );
     let names = consumer_names(&client).await;
     assert!(

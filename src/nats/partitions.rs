@@ -51,11 +51,7 @@ impl Lines {
     /// always; every shape but a line's five tokens.
     pub fn first_filters(&self) -> Vec<String> {
         let p = &self.prefix;
-        vec![
-            format!("{p}.*"),
-            format!("{p}.*.*"),
-            format!("{p}.*.*.*.*.>"),
-        ]
+        vec![format!("{p}.*"), format!("{p}.*.*"), format!("{p}.*.*.*.>")]
     }
 
     pub fn transform(&self) -> SubjectTransform {
@@ -240,7 +236,7 @@ mod tests {
         assert_eq!(l.filter(3), "timer.cmd.*.*.3");
         assert_eq!(
             l.first_filters(),
-            ["timer.cmd.*", "timer.cmd.*.*", "timer.cmd.*.*.*.*.>"]
+            ["timer.cmd.*", "timer.cmd.*.*", "timer.cmd.*.*.*.>"]
         );
         assert_eq!(
             l.client_subject("timer.cmd.schedule.acme.3"),
