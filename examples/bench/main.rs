@@ -1,8 +1,9 @@
 //! Benchmark of timer-service: raw broker and database limits, then the daemon's ingest, fire
 //! and lateness figures (over a sweep of batch sizes, at two rates, with the new parts running,
 //! at scale, on PostgreSQL with several daemons), the API's request rate, restart catch-up, one
-//! tenant's load beside another's (a burst, heavy reads), and the broker's native scheduler as
-//! the comparison point — in one run, each figure the median of several runs. With
+//! tenant's load beside another's (a burst, heavy reads), a `kill -9` in the middle of a burst
+//! of commands, one tenant's backlog of commands at start-up, and the broker's native scheduler
+//! as the comparison point — in one run, each figure the median of several runs. With
 //! `--baseline`, the figures the targets compare with the previous version are measured for
 //! that build too, alternately with this one. Prints a Markdown report and writes it, with a
 //! lateness plot, to `--out`.
@@ -52,7 +53,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
     "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
-    "tenants", "reads",
+    "tenants", "reads", "crash", "intake",
 ];
 
 #[derive(Debug, Parser)]
@@ -108,7 +109,7 @@ pub struct Args {
     #[arg(long, default_value = "FULL")]
     pub synchronous: String,
     /// Only these sections (comma-separated: raw, sweep, lateness, costs, api, native, scale,
-    /// catch-up, postgres, tenants, reads).
+    /// catch-up, postgres, tenants, reads, crash, intake).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).
@@ -129,7 +130,8 @@ pub struct Args {
     /// Another build of `timer-service` (an earlier version), measured alternately with this one
     /// within each run in every figure a target compares with it: the heavy reads, the noisy
     /// neighbour, the steady loads (SQLite; PostgreSQL with 1–3 daemons), ingest and fire at the
-    /// default batch and at `batch_size = 1000`, and lateness beside the Janitor's backlog.
+    /// default batch and at `batch_size = 1000`, lateness beside the Janitor's backlog, the
+    /// crash and the intake.
     #[arg(long)]
     pub baseline: Option<PathBuf>,
     /// Where the report, the plot and cached databases go.

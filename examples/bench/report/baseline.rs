@@ -151,6 +151,29 @@ fn rows(args: &Args) -> Vec<(String, Figure, usize)> {
         Figure::Less(Box::new(p99("cost.janitor")), Box::new(p99("cost.plain"))),
         2,
     ));
+    let crash = "crash.sqlite";
+    rows.push((
+        "crash mid-burst, SQLite: timers more than 1 s late".to_owned(),
+        rate(format!("{crash}.over_1s")),
+        0,
+    ));
+    rows.push(("crash mid-burst: p99 (ms)".to_owned(), p99(crash), 0));
+    rows.push(("crash mid-burst: max (ms)".to_owned(), max(crash), 0));
+    rows.push((
+        "intake behind a backlog, SQLite: `small` p50 (ms)".to_owned(),
+        p50("intake.sqlite"),
+        0,
+    ));
+    rows.push((
+        "intake: `small` max (ms)".to_owned(),
+        max("intake.sqlite"),
+        0,
+    ));
+    rows.push((
+        "intake: drain (s)".to_owned(),
+        rate("intake.sqlite.drain"),
+        2,
+    ));
     for n in &args.daemons {
         rows.push((
             format!("ingest, PostgreSQL, {n} daemon(s) (/s)"),

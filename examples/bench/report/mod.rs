@@ -1,10 +1,11 @@
 //! The Markdown report: medians (with the range across runs) of every figure collected, the
 //! targets each is measured against, and where the CPU went. `postgres` writes the PostgreSQL
-//! figures, `tenants` one tenant's load beside another's, `baseline` each compared figure beside
-//! the `--baseline` build's.
+//! figures, `tenants` one tenant's load beside another's, `recovery` a crash mid-burst and a
+//! backlog at start-up, `baseline` each compared figure beside the `--baseline` build's.
 
 mod baseline;
 mod postgres;
+mod recovery;
 mod tenants;
 
 use std::fmt::Write as _;
@@ -470,6 +471,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
 
     tenants::tenants(&mut r, args, f);
     tenants::reads(&mut r, args, f);
+    recovery::recovery(&mut r, f);
     baseline::beside(&mut r, args, f);
 
     if let Some(metrics) = &f.metrics_sample {

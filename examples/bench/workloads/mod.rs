@@ -7,18 +7,22 @@
 //! - `steady`: a steady load of timers and their lateness, alone or with something beside it
 //!   (API requests, scraping, retention), and the broker's own scheduler on the same load;
 //! - `api`: the query API's request rate;
-//! - `tenants`: one tenant's load beside another's timers (a burst due at once, heavy reads).
+//! - `tenants`: one tenant's load beside another's timers (a burst due at once, heavy reads);
+//! - `recovery`: a `kill -9` in the middle of a burst of commands, and one tenant's backlog of
+//!   commands in front of another's at start-up.
 //!
 //! This module holds what they share: starting and stopping the daemons, publishing a steady
 //! stream of timers, and collecting the lateness of their events.
 
 mod api;
 mod backlog;
+mod recovery;
 mod steady;
 mod tenants;
 
 pub use api::api_throughput;
 pub use backlog::{Failure, catch_up, failover, fire, ingest};
+pub use recovery::{BULK_N, CRASH_N, CRASH_RATE, crash, intake};
 pub use steady::{LatenessRun, Load, lateness, native_lateness, retention_under_load};
 pub use tenants::{ReadsShape, noisy, reads};
 

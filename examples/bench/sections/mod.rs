@@ -1,7 +1,9 @@
 //! The sections of one run (`--only` picks some), each measuring its figures into [`Figures`].
 //! A figure that a target compares with the previous version is measured for this build and,
 //! with `--baseline`, for the baseline build right after it, so that both see the same machine
-//! within minutes of each other.
+//! within minutes of each other. The recovery sections (`crash`, `intake`) are in `recovery`.
+
+mod recovery;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -178,6 +180,12 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
     }
     if args.wants("reads") {
         reads(ctx, f).await;
+    }
+    if args.wants("crash") {
+        recovery::crash(ctx, f).await;
+    }
+    if args.wants("intake") {
+        recovery::intake(ctx, f).await;
     }
 }
 
