@@ -115,7 +115,7 @@ async fn commands_held_at_a_kill_come_back_within_seconds() {
         "the last timer fired {} ms after the later of dueAt and the restart",
         late.num_milliseconds()
     );
-    // The ack wait (5 s) and the storing of what comes back; 30 s when held commands waited
+    // The ack wait (4 s) and the storing of what comes back; 30 s when held commands waited
     // out the broker's default.
     assert!(
         late < chrono::Duration::seconds(10),

@@ -49,6 +49,9 @@ async fn a_command_after_the_timer_fired_is_ignored() {
     client
         .await_due("acme", "done", Duration::from_secs(10))
         .await;
+    // Fired: published and marked `Reached` (between the two, a ScheduleTimer would still
+    // reschedule it, as for any timer whose event is in flight).
+    common::await_state(&daemon.persistence(), "acme", "done", TimerState::Reached).await;
 
     let later = Utc::now() + chrono::Duration::milliseconds(300);
     client.schedule("acme", "done", later, None).await;

@@ -14,7 +14,7 @@ use crate::domain::StreamIncarnation;
 /// before the broker delivers it again: short, so that the commands a daemon held when it was
 /// killed or frozen come back within seconds. A daemon holding a command longer (a slow
 /// commit) reports it in progress meanwhile ([`Delivery::progress`]).
-pub const COMMAND_ACK_WAIT: Duration = Duration::from_secs(5);
+pub const COMMAND_ACK_WAIT: Duration = Duration::from_secs(4);
 
 /// Settles one delivered command with the broker.
 #[async_trait]

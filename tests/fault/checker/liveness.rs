@@ -180,7 +180,7 @@ mod tests {
             disturbs: true,
             prompt_after_heal: false,
         });
-        // The fault's window ends 2 s after the commands it held are back (an ack wait, 5 s,
+        // The fault's window ends 2 s after the commands it held are back (an ack wait, 4 s,
         // after the heal at 0.5 s): the cancel came later.
         let verdict = check(&history);
         assert_eq!(broken(&verdict), [Invariant::LastWins]);
