@@ -47,6 +47,21 @@ pub struct Settings {
     pub binary: Option<PathBuf>,
 }
 
+impl Settings {
+    /// The broker objects as this build makes them: the previous version's command stream had
+    /// no lines (a stream made with them would hand it subjects it cannot read).
+    pub fn broker_names(&self) -> timer_service::nats::streams::BrokerNames {
+        let names = timer_service::nats::streams::BrokerNames::default();
+        match self.binary {
+            Some(_) => timer_service::nats::streams::BrokerNames {
+                command_partitions: 1,
+                ..names
+            },
+            None => names,
+        }
+    }
+}
+
 pub struct Daemon {
     child: Child,
     pub started: Instant,

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::message::PublishMessage;
 use chrono::Utc;
 use futures::StreamExt;
-use timer_service::nats::BrokerNames;
 use timer_service::nats::streams::ensure_command_stream;
 
 use super::{Run, command, meter, start_daemons, stop};
@@ -18,7 +17,7 @@ use crate::world::World;
 /// `n` commands queued while no daemon runs, then the daemons started: commands stored and
 /// acknowledged per second, from the first process start to an empty work queue.
 pub async fn ingest(world: &World, n: usize, daemons: &[Settings]) -> Run {
-    let mut stream = ensure_command_stream(&world.js, &BrokerNames::default())
+    let mut stream = ensure_command_stream(&world.js, &daemons[0].broker_names())
         .await
         .expect("command stream");
     let due = Utc::now() + chrono::Duration::days(1);

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::message::PublishMessage;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use timer_service::nats::BrokerNames;
 use timer_service::nats::streams::ensure_command_stream;
 use tokio::sync::Mutex;
 
@@ -129,7 +128,7 @@ pub struct Intake {
 /// [`SMALL_LEAD`] after it is sent. With commands taken first in, first out, `small`'s wait
 /// behind `bulk`'s backlog.
 pub async fn intake(world: &World, daemons: &[Settings]) -> Intake {
-    let mut stream = ensure_command_stream(&world.js, &BrokerNames::default())
+    let mut stream = ensure_command_stream(&world.js, &daemons[0].broker_names())
         .await
         .expect("command stream");
     let due = Utc::now() + chrono::Duration::days(1);
@@ -189,19 +188,31 @@ pub async fn intake(world: &World, daemons: &[Settings]) -> Intake {
     }
 }
 
-/// How many commands the daemon has been delivered and not yet acknowledged.
+/// How many commands the daemon has been delivered and not yet acknowledged, over every
+/// consumer of the command stream.
 async fn held_commands(world: &World) -> u64 {
-    let consumer: Result<async_nats::jetstream::consumer::PullConsumer, _> = world
-        .js
-        .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
-        .await;
-    match consumer {
-        Ok(mut consumer) => consumer
-            .info()
+    use futures::TryStreamExt;
+    let Ok(stream) = world.js.get_stream("TIMER_COMMANDS").await else {
+        return 0;
+    };
+    let names: Vec<String> = stream
+        .consumer_names()
+        .try_collect()
+        .await
+        .unwrap_or_default();
+    let mut held = 0;
+    for name in names {
+        if let Ok(mut consumer) = stream
+            .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&name)
             .await
-            .map_or(0, |i| i.num_ack_pending as u64),
-        Err(_) => 0,
+        {
+            held += consumer
+                .info()
+                .await
+                .map_or(0, |i| i.num_ack_pending as u64);
+        }
     }
+    held
 }
 
 /// The first receipt of each timer's event on one subject, as its lateness (ms), and how many
