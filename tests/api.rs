@@ -550,17 +550,19 @@ async fn a_cancel_racing_the_firing_is_decided_by_the_row() {
         (client.commands_outstanding().await == 0).then_some(())
     })
     .await;
-    // Cancels spread from 20 ms before the firing to 40 ms after it: the first ones come
-    // before it, the last ones after, and those in between race it.
+    // Cancels spread from 100 ms before the firing to 110 ms after it: the first ones come
+    // before it, the last ones after, and those in between race it. (Each waits for its
+    // line's earlier commands, the cancels before it, to be handled: on PostgreSQL a window
+    // of 20 ms before the firing was sometimes too short for any to win.)
     let first = tokio::time::Instant::now()
-        + (due - Utc::now() - chrono::Duration::milliseconds(20))
+        + (due - Utc::now() - chrono::Duration::milliseconds(100))
             .to_std()
             .unwrap();
     let outcomes: Vec<(String, String)> =
         futures::future::join_all(ids.iter().enumerate().map(|(i, id)| {
             let client = &client;
             async move {
-                tokio::time::sleep_until(first + Duration::from_micros(200 * i as u64)).await;
+                tokio::time::sleep_until(first + Duration::from_micros(700 * i as u64)).await;
                 let reply = ok(
                     client,
                     "timer.api.cancel.race",
