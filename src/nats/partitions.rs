@@ -14,7 +14,7 @@ use async_nats::jetstream::stream::{self, SubjectTransform};
 use async_nats::jetstream::{self as js};
 use futures::TryStreamExt;
 
-use super::streams::{BrokerNames, COMMAND_ACK_WAIT};
+use super::streams::{BrokerNames, command_consumer_config};
 
 /// Most lines a deployment may have: each is a consumer and an open pull request.
 pub const MAX_COMMAND_PARTITIONS: u16 = 256;
@@ -163,17 +163,7 @@ pub async fn ensure_line_consumers(
     for line in 0..wanted {
         let name = all.consumer_name(line);
         let consumer = stream
-            .get_or_create_consumer(
-                &name,
-                consumer::pull::Config {
-                    durable_name: Some(name.clone()),
-                    filter_subject: all.filter(line),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: COMMAND_ACK_WAIT,
-                    max_ack_pending: 10_000,
-                    ..Default::default()
-                },
-            )
+            .get_or_create_consumer(&name, command_consumer_config(&name, all.filter(line)))
             .await?;
         consumers.push(consumer);
     }

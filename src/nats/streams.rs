@@ -78,6 +78,16 @@ pub async fn ensure_command_stream(
     js: &jetstream::Context,
     names: &BrokerNames,
 ) -> Result<stream::Stream, async_nats::Error> {
+    let wanted = wanted_lines(js, names).await?;
+    command_stream(js, names, wanted.as_ref()).await
+}
+
+/// [`ensure_command_stream`] with the lines already decided.
+async fn command_stream(
+    js: &jetstream::Context,
+    names: &BrokerNames,
+    wanted: Option<&Lines>,
+) -> Result<stream::Stream, async_nats::Error> {
     Ok(js
         .get_or_create_stream(stream::Config {
             name: names.command_stream.clone(),
@@ -85,12 +95,24 @@ pub async fn ensure_command_stream(
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             num_replicas: names.replicas,
-            subject_transform: wanted_lines(js, names)
-                .await?
-                .map(|lines| lines.transform()),
+            subject_transform: wanted.map(Lines::transform),
             ..Default::default()
         })
         .await?)
+}
+
+/// The configuration of every durable pull consumer of the command stream, the first one's
+/// and each line's: explicit acks, redelivered without limit until the service stores or
+/// refuses each command, after [`COMMAND_ACK_WAIT`] unless reported in progress.
+pub(super) fn command_consumer_config(name: &str, filter: String) -> consumer::pull::Config {
+    consumer::pull::Config {
+        durable_name: Some(name.to_owned()),
+        filter_subject: filter,
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: COMMAND_ACK_WAIT,
+        max_ack_pending: 10_000,
+        ..Default::default()
+    }
 }
 
 /// Everything the service relies on, created when absent: the command stream, its consumers
@@ -116,8 +138,8 @@ pub async fn ensure_broker_objects(
              one line, first in first out across tenants");
     }
     let all = Lines::new(names);
-    let stream = ensure_command_stream(js, names).await?;
-    let mut first = ensure_command_consumer(js, names).await?;
+    let stream = command_stream(js, names, wanted.as_ref()).await?;
+    let mut first = ensure_command_consumer(&stream, names).await?;
     if wanted.is_some() {
         first = partitions::narrow_first_consumer(&stream, first, &all).await?;
     }
@@ -132,28 +154,19 @@ pub async fn ensure_broker_objects(
     Ok(consumers)
 }
 
-/// The first durable pull consumer of the command stream (the only one with a single line):
-/// explicit acks, redelivered without limit until the service stores or refuses each command.
+/// The first durable pull consumer of the command stream (the only one with a single line).
 /// It reads the published subjects, which with lines are only what an earlier version stored
 /// and subjects the lines' transform leaves alone. A consumer found with a longer ack wait
 /// (made by an earlier version, with 30 s) is given [`COMMAND_ACK_WAIT`]; should the broker
 /// refuse that, it is used as it is, with a warning.
-pub async fn ensure_command_consumer(
-    js: &jetstream::Context,
+async fn ensure_command_consumer(
+    stream: &stream::Stream,
     names: &BrokerNames,
 ) -> Result<consumer::PullConsumer, async_nats::Error> {
-    let stream = ensure_command_stream(js, names).await?;
     let mut consumer = stream
         .get_or_create_consumer(
             &names.consumer,
-            consumer::pull::Config {
-                durable_name: Some(names.consumer.clone()),
-                filter_subject: names.subjects.command_wildcard(),
-                ack_policy: consumer::AckPolicy::Explicit,
-                ack_wait: COMMAND_ACK_WAIT,
-                max_ack_pending: 10_000,
-                ..Default::default()
-            },
+            command_consumer_config(&names.consumer, names.subjects.command_wildcard()),
         )
         .await?;
     let found = consumer.cached_info().config.ack_wait;

@@ -90,7 +90,7 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
         if commands.is_empty() {
             continue;
         }
-        state.quota.handed_back_undecided(commands.iter());
+        state.quota.handed_back_undecided(args, commands.iter());
         let cause = cause.unwrap_or_else(|| "undecided".to_owned());
         if let Err(cause) = hand_back(commands, cause).await {
             state.pipeline.not_stored(cause);

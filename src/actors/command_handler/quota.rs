@@ -40,11 +40,16 @@ pub(super) struct QuotaState {
 }
 
 impl QuotaState {
-    /// `commands` are handed back before their rate was decided.
+    /// `commands` are handed back before their rate was decided: remembered only while some
+    /// tenant has a limit (without one, nothing is counted to get wrong).
     pub fn handed_back_undecided<'a>(
         &mut self,
+        args: &CommandHandlerArgs,
         commands: impl Iterator<Item = &'a InboundCommand>,
     ) {
+        if args.quotas.borrow().is_unlimited() {
+            return;
+        }
         let now = Instant::now();
         for command in commands {
             self.uncounted.note(command, now);
