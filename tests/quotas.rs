@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
+use common::quota_checks::{all_handled, pending, rejections};
 use common::{DaemonProcess, Scratch, TestClient, eventually, rfc3339, schedule_command};
 use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
@@ -28,48 +29,6 @@ fn cancel_command(tenant: &str, service_call_id: &str) -> Value {
         "timestampMs": Utc::now().timestamp_millis(),
         "payload": { "tenantId": tenant, "serviceCallId": service_call_id },
     })
-}
-
-/// Pending timers of `tenant`, read on a connection of the test's own.
-async fn pending(scratch: &Scratch, tenant: &str) -> i64 {
-    let sql = format!(
-        "SELECT COUNT(*) FROM timer_schedules WHERE tenant_id = '{tenant}' AND state = 'Scheduled'"
-    );
-    common::query_rows(&scratch.database(), &sql, |row| {
-        row.try_get_by_index::<i64>(0).expect("count")
-    })
-    .await[0]
-}
-
-/// Waits until the broker holds no command for the daemon: every one published so far has
-/// been stored or rejected.
-async fn all_handled(client: &TestClient) {
-    eventually(Duration::from_secs(20), "every command handled", || async {
-        (client.commands_outstanding().await == 0).then_some(())
-    })
-    .await;
-}
-
-/// The rejections published so far for `tenant`: the service call id of each refused command
-/// and its reason.
-async fn rejections(client: &TestClient, tenant: &str) -> Vec<(String, String)> {
-    client
-        .events(&format!("timer.evt.rejected.{tenant}"))
-        .await
-        .iter()
-        .map(|event| {
-            let payload = &event.envelope["payload"];
-            let original: Value =
-                serde_json::from_str(payload["original"].as_str().unwrap()).unwrap();
-            (
-                original["payload"]["serviceCallId"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned(),
-                payload["reason"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
 }
 
 /// The value of `timer_quota_rejections_total` for `tenant` and `quota` on `/metrics`.
@@ -248,7 +207,7 @@ async fn the_pending_count_is_not_taken_for_every_batch() {
     let log = std::fs::read_to_string(&process.log).unwrap();
     let counts = log
         .lines()
-        .filter(|l| l.contains("transaction done") && l.contains("pending_of"))
+        .filter(|l| l.contains("pending timers counted for the pending limit"))
         .count();
     eprintln!("{counts} counts in {took:?}");
     assert!(counts >= 1, "the limit was checked");

@@ -6,8 +6,8 @@
 //! wait; `keepalive` reports what is held longer in progress), and the upsert is idempotent.
 //! Every delivered command is held by a value that settles it: acknowledged once stored,
 //! terminated once rejected, handed back when it cannot be stored now, and handed back too if
-//! it is dropped unsettled. A bad command, or one past its tenant's quota (`quota`), is
-//! rejected and terminated; it never holds up the good ones around it. When a batch cannot be
+//! it is dropped unsettled. A bad command, or one its transaction found past its tenant's quota
+//! (`quota`), is rejected and terminated; it never holds up the good ones around it. When a batch cannot be
 //! stored its commands are handed back, and the handler backs off, letting one batch at a time
 //! probe the database until one is stored.
 
@@ -34,7 +34,6 @@ use keepalive::KeepAlive;
 use pipeline::Pipeline;
 pub use pipeline::{GROUP_MAX, STORE_PIPELINE_DEPTH};
 pub use quota::QuotaHandle;
-use quota::QuotaState;
 
 /// How long one pull waits for commands before the actor looks at its mailbox again; also the
 /// longest a graceful stop waits for a pull request in flight.
@@ -72,7 +71,6 @@ pub struct CommandHandlerState {
     failed_pulls: u32,
     pipeline: Pipeline,
     epochs: Epochs,
-    quota: QuotaState,
     /// Reports the commands held (gathered, being stored) in progress to the broker.
     keep_alive: KeepAlive,
 }
@@ -98,7 +96,6 @@ impl Actor for CommandHandler {
             failed_pulls: 0,
             pipeline: Pipeline::default(),
             epochs: Epochs::new(),
-            quota: QuotaState::default(),
             keep_alive: KeepAlive::start(),
         })
     }

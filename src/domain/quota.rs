@@ -1,25 +1,25 @@
-//! Per-tenant quotas (docs/CONTRACT.md §9): the limits in force, the sliding window that counts
-//! commands per second, the count of pending timers as a batch changes it, and the decision for
-//! one command. No I/O: the CommandHandler brings the instant and the stored state.
+//! Per-tenant quotas (docs/CONTRACT.md §9): the limits in force, the window that counts
+//! commands per second, the count of pending timers as a batch changes it, and the decisions.
+//! No I/O: the storage brings the instant and the stored state, inside the transaction that
+//! stores the commands, so that every daemon on one database decides against the same counts.
 //!
 //! - [`Quotas`]: the default limits and the overrides by tenant id.
-//! - [`RateWindow`]: commands accepted per tenant within the last second, exactly.
+//! - [`SlotWindow`]: a tenant's commands accepted within the last second, by 10 ms slot.
 //! - [`TenantPending`]: a tenant's pending timers, and the stored state of the keys a batch
 //!   names, brought up to date command by command.
 //! - [`decide`]: accept one command, or say which limit it exceeds.
-//! - [`PendingBounds`]: what is known of a tenant's pending count between two counts.
+//! - [`TenantQuota`], [`to_count`], [`decide_batch`]: a tenant's stored state, and one
+//!   transaction's commands decided against it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
-use std::time::{Duration, Instant};
 
 use super::timer::{Action, Command, TimerState};
 
-mod bounds;
-pub use bounds::{COUNT_FRESH, PendingBounds};
-
-/// The span `commands_per_second` counts over.
-pub const RATE_WINDOW: Duration = Duration::from_secs(1);
+mod batch;
+mod window;
+pub use batch::{COUNT_FRESH_MS, TenantQuota, decide_batch, limited_tenants, to_count};
+pub use window::{SLOT_MS, SLOTS, SlotWindow};
 
 /// The metric label of a tenant without an override of its own: the label set stays bounded by
 /// the configured overrides, whatever the number of tenants.
@@ -134,74 +134,6 @@ impl Exceeded {
     }
 }
 
-/// Commands accepted per tenant within the last [`RATE_WINDOW`], exactly: a sliding log of the
-/// instants commands were accepted at, each with how many were accepted at that instant (the
-/// handler decides a whole batch at one instant, so a tenant holds one entry per batch, not
-/// one per command). A command counts from the instant it was accepted for one second, so at
-/// most `limit` are accepted within any one-second span. Only tenants with an accepted command
-/// in the last second hold an entry, once [`Self::forget_idle`] has run.
-#[derive(Debug, Default)]
-pub struct RateWindow {
-    tenants: HashMap<String, Accepted>,
-}
-
-/// One tenant's accepted commands of the last second, oldest first, and their sum.
-#[derive(Debug, Default)]
-struct Accepted {
-    at: VecDeque<(Instant, u32)>,
-    total: u64,
-}
-
-impl Accepted {
-    /// Drops what was accepted a second or more before `now`.
-    fn expire(&mut self, now: Instant) {
-        while let Some(&(at, n)) = self.at.front() {
-            if now.saturating_duration_since(at) < RATE_WINDOW {
-                break;
-            }
-            self.at.pop_front();
-            self.total -= u64::from(n);
-        }
-    }
-}
-
-impl RateWindow {
-    /// Whether one more command of `tenant` fits under `limit` at `now`.
-    pub fn has_room(&mut self, tenant: &str, limit: u32, now: Instant) -> bool {
-        match self.tenants.get_mut(tenant) {
-            Some(accepted) => {
-                accepted.expire(now);
-                accepted.total < u64::from(limit)
-            }
-            None => limit > 0,
-        }
-    }
-
-    /// Counts one command of `tenant` accepted at `now` (instants never go back: the daemon's
-    /// monotonic clock).
-    pub fn record(&mut self, tenant: &str, now: Instant) {
-        let accepted = self.tenants.entry(tenant.to_owned()).or_default();
-        match accepted.at.back_mut() {
-            Some((at, n)) if *at == now => *n += 1,
-            _ => accepted.at.push_back((now, 1)),
-        }
-        accepted.total += 1;
-    }
-
-    /// Forgets the tenants with nothing accepted in the last second at `now`.
-    pub fn forget_idle(&mut self, now: Instant) {
-        self.tenants.retain(|_, accepted| {
-            accepted.expire(now);
-            accepted.total > 0
-        });
-    }
-
-    /// Tenants holding an entry.
-    pub fn tenants(&self) -> usize {
-        self.tenants.len()
-    }
-}
-
 /// What is stored for one key, as far as quotas care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyState {
@@ -270,12 +202,11 @@ impl TenantPending {
     }
 }
 
-/// Decides one command of its tenant at `now`: accepted (then counted in `rate` and applied to
-/// `pending`) or past a limit. The rate is checked first; a command refused by either limit
-/// takes no place in the window. `rate` is `None` for a command the broker delivers again,
-/// which was counted when first delivered: a storage outage that hands a batch back must not
-/// turn its commands into rejections when they return. `pending` is the tenant's count when it
-/// has a pending limit.
+/// Decides one command of its tenant at `now_ms` (the wall clock, in milliseconds): accepted
+/// (then counted in `rate` and applied to `pending`) or past a limit. The rate is checked
+/// first; a command refused by either limit takes no place in the window. `rate` is the
+/// tenant's window when it has a rate limit, `pending` its count when it has a pending limit
+/// and was counted.
 ///
 /// A CancelTimer is never refused: refusing one would let fire a timer its client wanted
 /// stopped, and the query API's `cancel`, applied before the command reaches this point,
@@ -283,15 +214,15 @@ impl TenantPending {
 /// leaves no room for schedules.
 pub fn decide(
     limits: Limits,
-    mut rate: Option<&mut RateWindow>,
+    mut rate: Option<&mut SlotWindow>,
     pending: Option<&mut TenantPending>,
     command: &Command,
-    now: Instant,
+    now_ms: i64,
 ) -> Result<(), Exceeded> {
     let schedule = matches!(command.action, Action::Schedule { .. });
     if let (Some(limit), Some(rate)) = (limits.commands_per_second, rate.as_deref_mut())
         && schedule
-        && !rate.has_room(&command.tenant_id, limit, now)
+        && !rate.has_room(limit, now_ms)
     {
         return Err(Exceeded {
             quota: Quota::CommandsPerSecond,
@@ -308,7 +239,7 @@ pub fn decide(
         pending.apply(command);
     }
     if let (Some(_), Some(rate)) = (limits.commands_per_second, rate) {
-        rate.record(&command.tenant_id, now);
+        rate.record(now_ms);
     }
     Ok(())
 }

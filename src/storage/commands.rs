@@ -13,32 +13,66 @@ use sea_orm::{
 use super::command_streams;
 use super::entity::{Column, Entity};
 use super::queries::find_one;
+use super::quotas;
 use super::rows::{from_model, to_active_model};
 use super::{ROWS_PER_STATEMENT, Store, StoreError};
+use crate::domain::quota::{Exceeded, Quotas, limited_tenants};
 use crate::domain::timer::rounds;
 use crate::domain::timestamp::format_utc;
 use crate::domain::{CancelOutcome, Command, StreamIncarnation, Timer};
 
+/// What an apply did: the rows it wrote, and the commands it refused past their tenants'
+/// quotas (by position in the batch), which it did not store.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub written: u64,
+    pub refused: Vec<(usize, Exceeded)>,
+}
+
 /// See [`Store::apply`].
-pub(super) async fn apply(store: &Store, commands: &[Command]) -> Result<u64, StoreError> {
+pub(super) async fn apply(
+    store: &Store,
+    commands: &[Command],
+    quotas: &Quotas,
+    now_ms: i64,
+) -> Result<Applied, StoreError> {
     if commands.is_empty() {
-        return Ok(0);
+        return Ok(Applied::default());
     }
-    let rounds = rounds(commands.to_vec());
+    let limited = !limited_tenants(quotas, commands).is_empty();
     store
         .durable(async {
-            if store.backend.statement_is_transaction()
-                && rounds.len() == 1
-                && rounds[0].len() <= ROWS_PER_STATEMENT
-            {
-                // No BEGIN and COMMIT round trips for the few commands of a commit at a
-                // steady rate.
-                return Ok(apply_in(&store.db, rounds).await?);
+            if !limited {
+                let rounds = rounds(commands.to_vec());
+                if store.backend.statement_is_transaction()
+                    && rounds.len() == 1
+                    && rounds[0].len() <= ROWS_PER_STATEMENT
+                {
+                    // No BEGIN and COMMIT round trips for the few commands of a commit at a
+                    // steady rate.
+                    let written = apply_in(&store.db, rounds).await?;
+                    return Ok(Applied {
+                        written,
+                        refused: Vec::new(),
+                    });
+                }
             }
             let txn = store.db.begin().await?;
-            let written = apply_in(&txn, rounds).await?;
+            let refused = quotas::admit(&txn, quotas, commands, now_ms).await?;
+            let accepted: Vec<Command> = if refused.is_empty() {
+                commands.to_vec()
+            } else {
+                let mut refused_at = refused.iter().map(|(i, _)| *i).peekable();
+                commands
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| refused_at.next_if_eq(i).is_none())
+                    .map(|(_, c)| c.clone())
+                    .collect()
+            };
+            let written = apply_in(&txn, rounds(accepted)).await?;
             txn.commit().await?;
-            Ok(written)
+            Ok(Applied { written, refused })
         })
         .await
 }

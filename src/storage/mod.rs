@@ -42,6 +42,7 @@ use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr, TransactionTrait};
 
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
 use crate::domain::forecast::{ForecastMinute, ForecastWindow};
+use crate::domain::quota::Quotas;
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use backend::{Backend, Now};
 use db::{DatabaseTarget, connect_with};
@@ -73,6 +74,7 @@ pub fn postgres_mark_statement(
         postgres::firing::mark_statement(keys, Utc::now()),
     )
 }
+pub use commands::Applied;
 pub use error::StoreError;
 pub use probe::{MIN_FREE_BYTES, NameHold};
 pub use queries::PendingCounts;
@@ -165,7 +167,20 @@ impl Store {
     /// [`crate::domain::timer::apply_command`], which this SQL follows), in stream order per key.
     /// Returns the number of rows written.
     pub async fn apply(&self, commands: &[Command]) -> Result<u64, StoreError> {
-        commands::apply(self, commands).await
+        let applied = commands::apply(self, commands, &Quotas::default(), 0).await?;
+        Ok(applied.written)
+    }
+
+    /// [`Self::apply`], with each command first decided against its tenant's quotas at
+    /// `now_ms` (the wall clock, in milliseconds) in the same transaction, as every daemon on
+    /// the database sees them (docs/CONTRACT.md §9): the refused ones are not stored.
+    pub async fn apply_within_quotas(
+        &self,
+        commands: &[Command],
+        quotas: &Quotas,
+        now_ms: i64,
+    ) -> Result<Applied, StoreError> {
+        commands::apply(self, commands, quotas, now_ms).await
     }
 
     /// The epoch of an incarnation of the command stream (see [`crate::domain::order`]): the

@@ -1,17 +1,159 @@
-//! What the pending limit needs (docs/CONTRACT.md §9): each tenant's count of pending timers,
-//! and the stored state of the keys a batch names. Both are index ranges: the count walks the
-//! tenant's `Scheduled` entries of `idx_timer_schedules_tenant_state`, the keys are read by
-//! primary key.
+//! Quotas inside the transaction that stores the commands (docs/CONTRACT.md §9), so that every
+//! daemon on the database decides against the same state: [`admit`] locks the `tenant_quotas`
+//! row of each limited tenant of the batch (in tenant order, so two transactions cannot
+//! deadlock), counts pending timers where the stored bound does not settle the pending limit,
+//! decides the commands (`domain::quota::decide_batch`), and writes the rows back. A tenant's
+//! transactions thus run one after the other, whichever daemon runs them; those of tenants
+//! without limits take no lock.
+//!
+//! The count walks the tenant's `Scheduled` entries of `idx_timer_schedules_tenant_state`; the
+//! keys a batch names are read by primary key.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
-use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect, Select};
+use sea_orm::sea_query::{Alias, Expr, OnConflict, Query};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Select};
 
 use super::entity::{Column, Entity};
 use super::{ROWS_PER_STATEMENT, Store, StoreError};
-use crate::domain::TimerState;
-use crate::domain::quota::{KeyState, TenantPending};
+use crate::domain::quota::{
+    Exceeded, KeyState, Quotas, SlotWindow, TenantPending, TenantQuota, decide_batch,
+    limited_tenants, to_count,
+};
+use crate::domain::{Command, TimerState};
+
+/// Decides `commands` against the quotas of their tenants as the database holds them, inside
+/// the transaction `db` that then stores the accepted ones: returns the refused ones by
+/// position. Nothing is read or locked when no tenant of the batch has a limit.
+pub(super) async fn admit(
+    db: &impl ConnectionTrait,
+    quotas: &Quotas,
+    commands: &[Command],
+    now_ms: i64,
+) -> Result<Vec<(usize, Exceeded)>, StoreError> {
+    let tenants = limited_tenants(quotas, commands);
+    if tenants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut stored = HashMap::with_capacity(tenants.len());
+    for chunk in tenants.chunks(ROWS_PER_STATEMENT) {
+        stored.extend(lock(db, chunk).await?);
+    }
+    let to_count = to_count(quotas, &stored, commands, now_ms);
+    let counted = if to_count.is_empty() {
+        HashMap::new()
+    } else {
+        let mut asked: HashMap<&str, BTreeSet<&str>> = to_count
+            .iter()
+            .map(|t| (t.as_str(), BTreeSet::new()))
+            .collect();
+        for command in commands {
+            if let Some(keys) = asked.get_mut(command.tenant_id.as_str()) {
+                keys.insert(&command.service_call_id);
+            }
+        }
+        let asked: Vec<(String, Vec<String>)> = asked
+            .into_iter()
+            .map(|(t, keys)| (t.to_owned(), keys.into_iter().map(str::to_owned).collect()))
+            .collect();
+        tracing::debug!(tenants = ?to_count, "pending timers counted for the pending limit");
+        pending_in(db, &asked).await?
+    };
+    let refused = decide_batch(quotas, &mut stored, counted, commands, now_ms);
+    let rows: Vec<(&String, &TenantQuota)> = stored.iter().collect();
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        save(db, chunk).await?;
+    }
+    Ok(refused)
+}
+
+const TABLE: &str = "tenant_quotas";
+
+/// Locks the rows of `tenants` (made when missing) until the transaction ends, and reads them.
+async fn lock(
+    db: &impl ConnectionTrait,
+    tenants: &[String],
+) -> Result<HashMap<String, TenantQuota>, StoreError> {
+    let mut insert = Query::insert();
+    insert
+        .into_table(Alias::new(TABLE))
+        .columns([Alias::new("tenant_id")])
+        .on_conflict(
+            // An update of nothing, so that the row is locked and returned whether or not it
+            // was there.
+            OnConflict::column(Alias::new("tenant_id"))
+                .update_column(Alias::new("tenant_id"))
+                .to_owned(),
+        )
+        .returning(Query::returning().columns([
+            Alias::new("tenant_id"),
+            Alias::new("rate_window"),
+            Alias::new("pending_most"),
+            Alias::new("counted_at_ms"),
+        ]));
+    for tenant in tenants {
+        insert.values_panic([tenant.as_str().into()]);
+    }
+    let rows = db.query_all(&insert).await?;
+    let mut out = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let tenant: String = row.try_get("", "tenant_id")?;
+        let window: String = row.try_get("", "rate_window")?;
+        let pending_most: Option<i64> = row.try_get("", "pending_most")?;
+        let counted_at_ms: Option<i64> = row.try_get("", "counted_at_ms")?;
+        let window = SlotWindow::decode(&window).unwrap_or_else(|reason| {
+            // Refusing the tenant's commands for ever would be worse than a second of rate
+            // counted afresh.
+            tracing::warn!(tenant_id = %tenant, %reason, "unreadable rate window, started afresh");
+            SlotWindow::default()
+        });
+        let quota = TenantQuota {
+            window,
+            pending_most: pending_most.map(|n| u64::try_from(n).unwrap_or(0)),
+            counted_at_ms,
+        };
+        out.insert(tenant, quota);
+    }
+    Ok(out)
+}
+
+/// Writes the rows of `tenants` back.
+async fn save(
+    db: &impl ConnectionTrait,
+    tenants: &[(&String, &TenantQuota)],
+) -> Result<(), StoreError> {
+    let mut insert = Query::insert();
+    insert
+        .into_table(Alias::new(TABLE))
+        .columns([
+            Alias::new("tenant_id"),
+            Alias::new("rate_window"),
+            Alias::new("pending_most"),
+            Alias::new("counted_at_ms"),
+        ])
+        .on_conflict(
+            OnConflict::column(Alias::new("tenant_id"))
+                .update_columns([
+                    Alias::new("rate_window"),
+                    Alias::new("pending_most"),
+                    Alias::new("counted_at_ms"),
+                ])
+                .to_owned(),
+        );
+    for (tenant, quota) in tenants {
+        let pending_most = quota
+            .pending_most
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        insert.values_panic([
+            tenant.as_str().into(),
+            quota.window.encode().into(),
+            pending_most.into(),
+            quota.counted_at_ms.into(),
+        ]);
+    }
+    db.execute(&insert).await?;
+    Ok(())
+}
 
 /// Pending timers of each of `tenants` (those with none are left out), in one statement.
 pub fn pending_counts_query(tenants: &[String]) -> Select<Entity> {
@@ -40,16 +182,22 @@ pub(super) async fn pending_of(
     store: &Store,
     asked: &[(String, Vec<String>)],
 ) -> Result<HashMap<String, TenantPending>, StoreError> {
+    pending_in(&store.db, asked).await
+}
+
+/// Pending timers of each tenant in `asked` and the stored state of the keys asked about, read
+/// on `db` (a transaction, for [`admit`]).
+async fn pending_in(
+    db: &impl ConnectionTrait,
+    asked: &[(String, Vec<String>)],
+) -> Result<HashMap<String, TenantPending>, StoreError> {
     let mut out: HashMap<String, TenantPending> = asked
         .iter()
         .map(|(tenant, _)| (tenant.clone(), TenantPending::default()))
         .collect();
     let tenants: Vec<String> = out.keys().cloned().collect();
     for chunk in tenants.chunks(ROWS_PER_STATEMENT) {
-        let counts: Vec<(String, i64)> = pending_counts_query(chunk)
-            .into_tuple()
-            .all(&store.db)
-            .await?;
+        let counts: Vec<(String, i64)> = pending_counts_query(chunk).into_tuple().all(db).await?;
         for (tenant, n) in counts {
             if let Some(pending) = out.get_mut(&tenant) {
                 pending.pending = u64::try_from(n).unwrap_or(0);
@@ -61,10 +209,8 @@ pub(super) async fn pending_of(
             continue;
         };
         for chunk in keys.chunks(ROWS_PER_STATEMENT) {
-            let rows: Vec<(String, String, i64)> = key_states_query(tenant, chunk)
-                .into_tuple()
-                .all(&store.db)
-                .await?;
+            let rows: Vec<(String, String, i64)> =
+                key_states_query(tenant, chunk).into_tuple().all(db).await?;
             for (service_call_id, state, seq) in rows {
                 let state =
                     state

@@ -9,6 +9,7 @@ pub mod nats_cluster;
 mod nats_server;
 pub mod pki;
 pub mod postgres_cluster;
+pub mod quota_checks;
 mod small_disk;
 mod support;
 pub use nats_server::{NatsServer, free_port};

@@ -1,14 +1,13 @@
 //! What the CommandHandler does with one pulled batch before it is stored: each command is
 //! placed in its key's order (its stream incarnation's epoch and its sequence there, see
-//! `domain::order`), parsed and validated, then decided against its tenant's quotas (`quota`).
-//! Rejections are reported and settled at once; accepted commands join the gathered ones for
-//! the next transaction. The commands of an incarnation whose epoch cannot be had now (the
+//! `domain::order`), parsed and validated. Rejections are reported and settled at once;
+//! accepted commands join the gathered ones for the next transaction (where they are decided
+//! against their tenants' quotas, see `quota`). The commands of an incarnation whose epoch cannot be had now (the
 //! database fails) are handed back to the broker, as a failed store.
 
 use std::collections::HashMap;
 
 use super::CommandHandlerState;
-use super::quota;
 use super::rejection::reject;
 use super::storing::{Accepted, hand_back};
 use crate::domain::command::generated_correlation_id;
@@ -24,7 +23,7 @@ pub(super) type Epochs = HashMap<StreamIncarnation, u32>;
 
 /// Validates, orders and decides one pulled batch.
 pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundCommand>) {
-    // Held from now on: the epoch or the quotas may wait for the database.
+    // Held from now on: the epoch may wait for the database.
     state
         .keep_alive
         .hold(commands.iter().filter_map(InboundCommand::delivery));
@@ -75,28 +74,16 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
             Err(rejection) => rejected.push((inbound, rejection, order)),
         }
     }
-    let admitted = quota::admit(&mut state.quota, args, state.pipeline.gathered(), accepted).await;
-    rejected.extend(admitted.rejected);
     if !rejected.is_empty() {
         reject(args, rejected).await;
     }
-    for (commands, cause) in [
-        (
-            unordered,
-            Some("their stream's epoch is unknown".to_owned()),
-        ),
-        (admitted.undecided, admitted.failure),
-    ] {
-        if commands.is_empty() {
-            continue;
-        }
-        state.quota.handed_back_undecided(args, commands.iter());
-        let cause = cause.unwrap_or_else(|| "undecided".to_owned());
-        if let Err(cause) = hand_back(commands, cause).await {
+    if !unordered.is_empty() {
+        let cause = "their stream's epoch is unknown".to_owned();
+        if let Err(cause) = hand_back(unordered, cause).await {
             state.pipeline.not_stored(cause);
         }
     }
-    state.pipeline.gather(admitted.accepted);
+    state.pipeline.gather(accepted);
 }
 
 /// Learns the epoch of each stream incarnation in `commands` not met before (one

@@ -1,26 +1,30 @@
 //! The storing pipeline of the CommandHandler: from a transaction of accepted commands to
 //! their acknowledgement once committed, or back to the broker when they cannot be stored.
 //!
-//! A batch the database refuses because of some of its commands (a value it cannot store,
-//! rather than an outage: see [`crate::storage::StoreError::refused_row`]) is split until those
-//! stand alone (`split`); they are rejected with the database's reason, the rest stored. A
-//! command is acknowledged only after its own commit.
+//! Each transaction decides its commands against their tenants' quotas (`quota`); those it
+//! refused are rejected with the limit's reason once it commits. A batch the database refuses
+//! because of some of its commands (a value it cannot store, rather than an outage: see
+//! [`crate::storage::StoreError::refused_row`]) is split until those stand alone (`split`);
+//! they are rejected with the database's reason, the rest stored. A command is acknowledged
+//! only after its own commit.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
 use ractor::concurrency::{JoinHandle, OneshotReceiver};
 
 use super::CommandHandlerArgs;
+use super::quota;
 use super::rejection::reject;
 use super::split::{Failure, split};
 use crate::actors::persistence::CallError;
 use crate::actors::poller::{Poller, PollerMsg};
 use crate::actors::supervisor::NamedActor;
+use crate::domain::quota::Quotas;
 use crate::domain::{Action, Command, Rejection, RejectionKind};
 use crate::ports::InboundCommand;
-use crate::storage::StoreError;
+use crate::storage::{Applied, StoreError};
 
 /// How long a batch may wait for its commit before it is handed back to the broker.
 const STORE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -50,37 +54,87 @@ pub(super) fn store(args: &Arc<CommandHandlerArgs>, batch: Vec<Accepted>) -> Joi
             sequence = command.seq, "command accepted");
     }
     let commands: Arc<[Command]> = accepted.into();
-    let queued = args
-        .registry
-        .persistence()
-        .apply_part_queued(commands.clone(), 0..commands.len());
+    let quotas = args.quotas.borrow().clone();
+    let queued = args.registry.persistence().apply_part_queued(
+        commands.clone(),
+        0..commands.len(),
+        quotas.clone(),
+    );
     let args = args.clone();
     tokio::spawn(async move {
         match applied(queued).await {
-            Ok(written) => {
-                acknowledge(inbound.into_iter()).await;
+            Ok(applied) => {
+                let written = applied.written;
+                let mut inbound: Vec<Option<InboundCommand>> =
+                    inbound.into_iter().map(Some).collect();
+                let over_quota = refused_by_quota(&quotas, &commands, &mut inbound, 0, applied);
+                acknowledge_stored(&args, &commands, &mut inbound, 0..commands.len()).await;
+                if !over_quota.is_empty() {
+                    reject(&args, over_quota).await;
+                }
                 tracing::debug!(
                     actor = "command_handler",
                     received = commands.len(),
                     written,
                     "commands stored and acknowledged"
                 );
-                stored(&args, commands.iter());
                 Ok(())
             }
             Err(Failure::Refused(reason)) => {
-                store_around_refused(&args, commands, inbound, reason).await
+                store_around_refused(&args, commands, inbound, reason, quotas).await
             }
             Err(Failure::Outage(cause)) => hand_back(inbound, cause).await,
         }
     })
 }
 
+/// The deliveries of the commands an apply of the part starting at `offset` refused past their
+/// quotas, taken out of `inbound`, with their rejections.
+fn refused_by_quota(
+    quotas: &Quotas,
+    commands: &[Command],
+    inbound: &mut [Option<InboundCommand>],
+    offset: usize,
+    applied: Applied,
+) -> Vec<(InboundCommand, Rejection, u64)> {
+    applied
+        .refused
+        .into_iter()
+        .filter_map(|(i, exceeded)| {
+            let command = &commands[offset + i];
+            let rejection = quota::rejection(quotas, command, exceeded);
+            inbound[offset + i]
+                .take()
+                .map(|c| (c, rejection, command.seq))
+        })
+        .collect()
+}
+
+/// Acknowledges the commands at `positions` whose deliveries are still in `inbound` (stored),
+/// and counts them.
+async fn acknowledge_stored(
+    args: &CommandHandlerArgs,
+    commands: &[Command],
+    inbound: &mut [Option<InboundCommand>],
+    positions: impl Iterator<Item = usize>,
+) {
+    let mut stored_at = Vec::new();
+    let mut deliveries = Vec::new();
+    for i in positions {
+        if let Some(delivery) = inbound[i].take() {
+            stored_at.push(i);
+            deliveries.push(delivery);
+        }
+    }
+    acknowledge(deliveries.into_iter()).await;
+    stored(args, stored_at.iter().map(|&i| &commands[i]));
+}
+
 /// The outcome of an apply handed to Persistence: the rows written, or why not, told apart
 /// into a refusal of some of its commands and an outage.
 async fn applied(
-    queued: Result<OneshotReceiver<Result<u64, StoreError>>, CallError>,
-) -> Result<u64, Failure> {
+    queued: Result<OneshotReceiver<Result<Applied, StoreError>>, CallError>,
+) -> Result<Applied, Failure> {
     let committed = queued.map_err(|e| Failure::Outage(e.to_string()))?;
     match tokio::time::timeout(STORE_TIMEOUT, committed).await {
         Ok(Ok(Ok(written))) => Ok(written),
@@ -106,11 +160,23 @@ async fn store_around_refused(
     commands: Arc<[Command]>,
     inbound: Vec<InboundCommand>,
     reason: String,
+    quotas: Arc<Quotas>,
 ) -> Stored {
     let persistence = args.registry.persistence();
+    // What each committed part refused past quotas, with the part's first position.
+    let parts_applied: Arc<Mutex<Vec<(usize, Applied)>>> = Arc::default();
     let outcome = split(commands.len(), reason, |part| {
-        let queued = persistence.apply_part_queued(commands.clone(), part);
-        async move { applied(queued).await.map(|_| ()) }
+        let offset = part.start;
+        let queued = persistence.apply_part_queued(commands.clone(), part, quotas.clone());
+        let parts_applied = parts_applied.clone();
+        async move {
+            let applied = applied(queued).await?;
+            if !applied.refused.is_empty() {
+                let mut parts = parts_applied.lock().unwrap_or_else(|e| e.into_inner());
+                parts.push((offset, applied));
+            }
+            Ok(())
+        }
     })
     .await;
     tracing::warn!(
@@ -122,21 +188,34 @@ async fn store_around_refused(
         "the database refused commands of a batch; the batch was split to store the rest"
     );
     let mut inbound: Vec<Option<InboundCommand>> = inbound.into_iter().map(Some).collect();
-    acknowledge(outcome.stored.iter().filter_map(|&i| inbound[i].take())).await;
-    stored(args, outcome.stored.iter().map(|&i| &commands[i]));
-    let rejected = outcome
-        .refused
-        .into_iter()
-        .filter_map(|(i, reason)| {
-            let command = &commands[i];
-            let rejection = Rejection {
-                tenant_id: command.tenant_id.clone(),
-                reason: format!("refused by the database: {reason}"),
-                kind: RejectionKind::Refused,
-            };
-            inbound[i].take().map(|c| (c, rejection, command.seq))
-        })
-        .collect::<Vec<_>>();
+    let parts_applied =
+        std::mem::take(&mut *parts_applied.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut rejected = Vec::new();
+    for (offset, applied) in parts_applied {
+        rejected.extend(refused_by_quota(
+            &quotas,
+            &commands,
+            &mut inbound,
+            offset,
+            applied,
+        ));
+    }
+    acknowledge_stored(
+        args,
+        &commands,
+        &mut inbound,
+        outcome.stored.iter().copied(),
+    )
+    .await;
+    rejected.extend(outcome.refused.into_iter().filter_map(|(i, reason)| {
+        let command = &commands[i];
+        let rejection = Rejection {
+            tenant_id: command.tenant_id.clone(),
+            reason: format!("refused by the database: {reason}"),
+            kind: RejectionKind::Refused,
+        };
+        inbound[i].take().map(|c| (c, rejection, command.seq))
+    }));
     if !rejected.is_empty() {
         reject(args, rejected).await;
     }

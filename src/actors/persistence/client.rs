@@ -2,7 +2,7 @@
 //! [`PersistenceClient::run`] (or [`PersistenceClient::run_queued`]), which sends it to the
 //! actor and brings its result back.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +17,10 @@ use crate::actors::registry::Registry;
 use crate::actors::supervisor::NamedActor;
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
 use crate::domain::forecast::{ForecastMinute, ForecastWindow};
-use crate::domain::quota::TenantPending;
+use crate::domain::quota::Quotas;
 use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
 use crate::storage::fair::FairBatch;
-use crate::storage::{Claimant, DueBatch, PendingCounts, Store, StoreError};
+use crate::storage::{Applied, Claimant, DueBatch, PendingCounts, Store, StoreError};
 
 /// Why a call to Persistence did not produce an answer.
 #[derive(Debug, thiserror::Error)]
@@ -140,22 +140,32 @@ impl PersistenceClient {
         .await
     }
 
-    /// Starts applying the commands at `part` of a batch and returns at once (see
-    /// [`Self::run_queued`]): batches are applied in the order they were queued. The whole
-    /// batch at first, then the parts it is split into when the database refuses some of its
-    /// commands, without copying them for each part.
+    /// Starts applying the commands at `part` of a batch, each decided against `quotas` in
+    /// the same transaction (see [`Store::apply_within_quotas`]; at the wall clock's instant
+    /// the transaction begins), and returns at once (see [`Self::run_queued`]): batches are
+    /// applied in the order they were queued. The whole batch at first, then the parts it is
+    /// split into when the database refuses some of its commands, without copying them for
+    /// each part. Positions of refused commands are in the part.
     pub fn apply_part_queued(
         &self,
         commands: Arc<[Command]>,
         part: Range<usize>,
-    ) -> Result<OneshotReceiver<Result<u64, StoreError>>, CallError> {
+        quotas: Arc<Quotas>,
+    ) -> Result<OneshotReceiver<Result<Applied, StoreError>>, CallError> {
         let rows = part.len();
         self.run_queued(
             "apply",
             Class::Commands,
             Op::Write,
             rows,
-            move |store, _| Box::pin(async move { store.apply(&commands[part]).await }),
+            move |store, _| {
+                Box::pin(async move {
+                    let now_ms = Utc::now().timestamp_millis();
+                    store
+                        .apply_within_quotas(&commands[part], &quotas, now_ms)
+                        .await
+                })
+            },
         )
     }
 
@@ -272,24 +282,6 @@ impl PersistenceClient {
             Op::Read,
             1,
             move |store, _| Box::pin(async move { store.stats(&tenant_id, now).await }),
-        )
-        .await
-    }
-
-    /// The pending count of each tenant in `asked` and the stored state of the keys asked
-    /// about (see [`Store::pending_of`]), after every operation already sent: the commands
-    /// handed over before it are counted.
-    pub async fn pending_of(
-        &self,
-        asked: Vec<(String, Vec<String>)>,
-    ) -> Result<HashMap<String, TenantPending>, CallError> {
-        let rows = asked.iter().map(|(_, keys)| keys.len()).sum();
-        self.run(
-            "pending_of",
-            Class::Commands,
-            Op::Read,
-            rows,
-            move |store, _| Box::pin(async move { store.pending_of(&asked).await }),
         )
         .await
     }

@@ -1,0 +1,48 @@
+//! `tenant_quotas`: each limited tenant's quota state (docs/CONTRACT.md §9), read and locked
+//! inside the transaction that stores the tenant's commands, so that every daemon on the
+//! database counts against the same window and pending bound. `rate_window` is the
+//! `commands_per_second` window as `slot:count` pairs (10 ms slots); `pending_most` bounds the
+//! tenant's pending timers from above since the count taken at `counted_at_ms`.
+
+use sea_orm_migration::prelude::*;
+
+use crate::m20261122_000001_create_timer_schedules::run_all;
+
+pub struct Migration;
+
+impl MigrationName for Migration {
+    fn name(&self) -> &str {
+        "m20261125_000006_tenant_quotas"
+    }
+}
+
+const SQLITE_UP: &[&str] = &["CREATE TABLE tenant_quotas (
+        tenant_id TEXT NOT NULL PRIMARY KEY,
+        rate_window TEXT NOT NULL DEFAULT '',
+        pending_most BIGINT,
+        counted_at_ms BIGINT
+    )"];
+
+const POSTGRES_UP: &[&str] = &[r#"CREATE TABLE tenant_quotas (
+        tenant_id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+        rate_window TEXT NOT NULL DEFAULT '',
+        pending_most BIGINT,
+        counted_at_ms BIGINT
+    )"#];
+
+const DOWN: &[&str] = &["DROP TABLE tenant_quotas"];
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(manager, SQLITE_UP, POSTGRES_UP).await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(manager, DOWN, DOWN).await
+    }
+}
