@@ -31,7 +31,8 @@
 //!   ApiResponder (`admission` of each tenant's requests), Janitor, Gauges, Http — and the
 //!   Registry.
 //! - [`config`]: `config.toml` + `TIMER_*` environment overrides (`env`, `validate`,
-//!   `duration`, `redact`, `sqlite`, `postgres`, `quotas`, `metrics`, `api`, `changes`).
+//!   `duration`, `redact`, `sqlite`, `postgres`, `quotas`, `metrics`, `api`, `changes`,
+//!   `service_links`: Kubernetes' variables under our prefix, ignored).
 //! - [`backoff`]: the retry delays. [`health`]: what the daemon knows of its own health.
 //!   [`turns`]: a queue whose keys (tenants) take turns.
 //! - [`telemetry`]: metric names, the Prometheus recorder, and log formats.

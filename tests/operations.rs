@@ -333,6 +333,7 @@ async fn json_logs_are_one_object_per_line_with_the_actor_field() {
 const KUBERNETES_SERVICE_VARIABLES: &[(&str, &str)] = &[
     ("TIMER_SERVICE_HOST", "10.96.71.12"),
     ("TIMER_SERVICE_PORT", "4222"),
+    ("TIMER_SERVICE_PORT_NATS", "4222"),
     ("TIMER_PORT", "tcp://10.96.71.12:4222"),
     ("TIMER_PORT_4222_TCP", "tcp://10.96.71.12:4222"),
     ("TIMER_PORT_4222_TCP_PROTO", "tcp"),
@@ -349,14 +350,23 @@ fn json_log(path: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A daemon started next to a Kubernetes Service named `timer` runs, and names (never shows)
-/// each variable it ignored; a bad value of a variable it knows still stops it with code 2.
+/// Unknown `TIMER_*` variables that are no service links, each named in a warning.
+const UNKNOWN_VARIABLES: &[(&str, &str)] = &[
+    ("TIMER_NATS_COLOUR", "blue-7a1e"),
+    // Named like a link of a Service `timer-http`, but not written as one.
+    ("TIMER_HTTP_PORT", "9464"),
+];
+
+/// A daemon started next to a Kubernetes Service named `timer` runs and says nothing of its
+/// service links; it names (never shows) each other unknown variable it ignored; a bad value
+/// of a variable it knows still stops it with code 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_timer_variables_are_warned_about_and_ignored() {
+async fn service_links_are_ignored_and_other_unknown_variables_warned_about() {
     let server = NatsServer::start();
     let scratch = Scratch::new();
     let addr = format!("127.0.0.1:{}", free_port());
     let mut env = KUBERNETES_SERVICE_VARIABLES.to_vec();
+    env.extend(UNKNOWN_VARIABLES);
     env.extend([
         ("TIMER_HTTP_LISTEN", addr.as_str()),
         ("TIMER_LOG_FORMAT", "json"),
@@ -375,14 +385,13 @@ async fn unknown_timer_variables_are_warned_about_and_ignored() {
         .filter_map(|l| l["variable"].as_str())
         .collect();
     warned.sort();
-    let mut expected: Vec<&str> = KUBERNETES_SERVICE_VARIABLES
-        .iter()
-        .map(|(k, _)| *k)
-        .collect();
+    let mut expected: Vec<&str> = UNKNOWN_VARIABLES.iter().map(|(k, _)| *k).collect();
     expected.sort();
     assert_eq!(warned, expected);
     let log = std::fs::read_to_string(&log_path).unwrap();
-    assert!(!log.contains("10.96.71.12"), "a value was logged:\n{log}");
+    for value in ["10.96.71.12", "blue-7a1e"] {
+        assert!(!log.contains(value), "a value was logged:\n{log}");
+    }
 
     let mut env = KUBERNETES_SERVICE_VARIABLES.to_vec();
     env.push(("TIMER_BATCH_SIZE", "lots"));

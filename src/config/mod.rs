@@ -27,6 +27,7 @@ mod metrics;
 mod postgres;
 mod quotas;
 pub mod redact;
+mod service_links;
 mod sqlite;
 mod validate;
 
@@ -47,8 +48,9 @@ pub const ENV_PREFIX: &str = "TIMER_";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigWarning {
     /// An environment variable that starts with `TIMER_` but names no setting: ignored, since
-    /// the environment is not only ours (Kubernetes injects `TIMER_SERVICE_HOST`, `TIMER_PORT`…
-    /// for a Service named `timer`). Only its name is kept, never its value.
+    /// the environment is not only ours. Only its name is kept, never its value. Kubernetes'
+    /// service links (`TIMER_SERVICE_HOST`, `TIMER_PORT`… for a Service named `timer`) are
+    /// ignored without a warning (see `service_links`).
     UnknownVariable(String),
 }
 
@@ -351,7 +353,8 @@ pub fn host_name() -> String {
 
 impl Config {
     /// Reads `path` (defaults when it does not exist), then the process environment. An
-    /// environment variable that names no setting is left out and reported as a warning.
+    /// environment variable that names no setting is left out and reported as a warning,
+    /// unless it is one of Kubernetes' service links.
     pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
         // serde stops at the first unknown field, so each unknown variable found is left out
         // and the rest read again: at most one pass per `TIMER_*` variable.
@@ -396,7 +399,12 @@ impl Config {
         })?;
         let warnings = ignored
             .iter()
-            .map(|key| ConfigWarning::UnknownVariable(env_variable(key)))
+            .map(|key| env_variable(key))
+            .filter(|name| {
+                let value = std::env::var(name).unwrap_or_default();
+                !service_links::is_service_link(name, &value)
+            })
+            .map(ConfigWarning::UnknownVariable)
             .collect();
         Ok(Loaded { config, warnings })
     }
