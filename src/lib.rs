@@ -23,7 +23,8 @@
 //!   clock (`postgres/names` too); one shared module per family of queries: `commands`,
 //!   `firing`, `fair` (claims by tenant in turn), `queries`, `quotas`, `retention`, `probe`;
 //!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints),
-//!   `reader` (reader connections and the time limit of their reads).
+//!   `reader` (reader connections and the time limit of their reads), `backup` (a consistent
+//!   copy of a live SQLite file, for `timer-service backup`).
 //! - [`actors`]: the Supervisor and its children — Persistence (its `lanes`, the `worker` of each
 //!   connection, the `operation`s and their client), Checkpointer, CommandHandler (`intake`,
 //!   `pipeline`, `storing`, `split`, `quota`, `keepalive`), Poller (`phase`, `firing`, `calls`, `run`, `marks`,

@@ -206,7 +206,7 @@ async fn the_command_line_explains_itself_and_fails_fast_without_a_service() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    for word in ["run", "migrate", "timers"] {
+    for word in ["run", "migrate", "timers", "backup"] {
         assert!(help.contains(word), "{help}");
     }
     let help = Command::new(env!("CARGO_BIN_EXE_timer-service"))

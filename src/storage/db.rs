@@ -226,7 +226,11 @@ async fn open(
 }
 
 /// The connection settings of the SQLite file at `path`.
-fn sqlite_options(path: &Path, settings: &SqliteSettings, create: bool) -> SqliteConnectOptions {
+pub(super) fn sqlite_options(
+    path: &Path,
+    settings: &SqliteSettings,
+    create: bool,
+) -> SqliteConnectOptions {
     SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(create)
@@ -245,7 +249,7 @@ fn sqlite_options(path: &Path, settings: &SqliteSettings, create: bool) -> Sqlit
 }
 
 /// One connection to SQLite, kept for the life of the store.
-async fn sqlite_pool(
+pub(super) async fn sqlite_pool(
     options: SqliteConnectOptions,
     pool: SqlitePoolOptions,
 ) -> Result<DatabaseConnection, DbErr> {

@@ -12,9 +12,11 @@
 //!   `fair`: claims by tenant in turn. `retention`: deleting finished timers.
 //! - `queries`: the query API's reads; `quotas`: what the pending limit needs; `probe`: the
 //!   health probe, the daemon's name, the pending count.
+//! - `backup`: a consistent copy of a running daemon's SQLite file.
 //! - `rows`: stored rows ↔ the domain's types; `entity`, `daemons`, `command_streams`: the
 //!   tables; `db`: connecting, settings, migrations, checkpoints, free space.
 
+pub mod backup;
 pub mod command_streams;
 pub mod daemons;
 pub mod db;

@@ -1,8 +1,10 @@
 //! The Markdown report: medians (with the range across runs) of every figure collected, the
 //! targets each is measured against, and where the CPU went. `postgres` writes the PostgreSQL
 //! figures, `tenants` one tenant's load beside another's, `recovery` a crash mid-burst and a
-//! backlog at start-up, `baseline` each compared figure beside the `--baseline` build's.
+//! backlog at start-up, `backup` backups of a live file, `baseline` each compared figure beside
+//! the `--baseline` build's.
 
+mod backup;
 mod baseline;
 mod postgres;
 mod recovery;
@@ -472,6 +474,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
     tenants::tenants(&mut r, args, f);
     tenants::reads(&mut r, args, f);
     recovery::recovery(&mut r, f);
+    backup::backup(&mut r, args, f);
     baseline::beside(&mut r, args, f);
 
     if let Some(metrics) = &f.metrics_sample {

@@ -3,6 +3,7 @@
 //! with `--baseline`, for the baseline build right after it, so that both see the same machine
 //! within minutes of each other. The recovery sections (`crash`, `intake`) are in `recovery`.
 
+mod backup;
 mod recovery;
 
 use std::path::{Path, PathBuf};
@@ -186,6 +187,9 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
     }
     if args.wants("intake") {
         recovery::intake(ctx, f).await;
+    }
+    if args.wants("backup") {
+        backup::backup(ctx, f).await;
     }
 }
 

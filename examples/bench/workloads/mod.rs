@@ -9,19 +9,22 @@
 //! - `api`: the query API's request rate;
 //! - `tenants`: one tenant's load beside another's timers (a burst due at once, heavy reads);
 //! - `recovery`: a `kill -9` in the middle of a burst of commands, and one tenant's backlog of
-//!   commands in front of another's at start-up.
+//!   commands in front of another's at start-up;
+//! - `backup`: backups of a live SQLite file, and what they cost the daemon's writer.
 //!
 //! This module holds what they share: starting and stopping the daemons, publishing a steady
 //! stream of timers, and collecting the lateness of their events.
 
 mod api;
 mod backlog;
+mod backup;
 mod recovery;
 mod steady;
 mod tenants;
 
 pub use api::api_throughput;
 pub use backlog::{Failure, catch_up, failover, fire, ingest};
+pub use backup::{backups_under_load, writer_beside_backups};
 pub use recovery::{BULK_N, CRASH_N, CRASH_RATE, crash, intake};
 pub use steady::{LatenessRun, Load, lateness, native_lateness, retention_under_load};
 pub use tenants::{ReadsShape, noisy, reads};
