@@ -95,11 +95,15 @@ async fn a_backup_under_load_restored_fires_every_timer_pending_in_it() {
     client.wait_for_command_stream().await;
 
     let load = tokio::spawn(load(TestClient::connect(&server).await));
-    // The daemon is storing and firing when the backup is taken.
+    // The daemon is storing and firing when the backup is taken: timers fired and marked so in
+    // the database (a mark follows its event's PubAck, later under load).
     eventually(
         Duration::from_secs(20),
-        "the first timers to fire",
-        || async { (client.events("timer.evt.due.acme").await.len() >= 300).then_some(()) },
+        "the first timers fired and marked",
+        || async {
+            let (pending, reached) = pending_in(&scratch.database()).await;
+            (pending.len() >= 100 && reached >= 300).then_some(())
+        },
     )
     .await;
     let on_postgres = scratch.database_url().is_some();
