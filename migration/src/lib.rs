@@ -7,6 +7,7 @@ mod m20261122_000002_cancel_and_claims;
 mod m20261123_000003_command_streams;
 mod m20261124_000004_daemon_instances;
 mod m20261124_000005_postgres_fill_factor;
+mod m20261125_000006_timer_data;
 
 pub struct Migrator;
 
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000003_command_streams::Migration),
             Box::new(m20261124_000004_daemon_instances::Migration),
             Box::new(m20261124_000005_postgres_fill_factor::Migration),
+            Box::new(m20261125_000006_timer_data::Migration),
         ]
     }
 }
