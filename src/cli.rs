@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 
 use crate::client::{ClientError, TimerClient};
 use crate::config::{NatsSettings, Secret, redact_url};
-use crate::domain::Subjects;
 use crate::domain::api::TimerView;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::domain::timestamp::format_utc;
+use crate::domain::{Subjects, TimerData};
 use crate::nats::connection::{ConnectError, connect_options};
 
 #[derive(Debug, Args)]
@@ -92,6 +92,9 @@ pub enum TimersCommand {
         /// Correlation id the timer carries (generated when left out).
         #[arg(long)]
         correlation_id: Option<String>,
+        /// JSON the timer carries and its DueTimeReached echoes (`'{"order":42}'`).
+        #[arg(long, value_parser = parse_data)]
+        data: Option<TimerData>,
     },
     /// Show one timer.
     Get {
@@ -170,6 +173,7 @@ pub async fn run(args: TimersArgs) -> Result<(), CliError> {
             at,
             delay,
             correlation_id,
+            data,
         } => {
             let due_at = match (at, delay) {
                 (Some(at), _) => at,
@@ -181,7 +185,7 @@ pub async fn run(args: TimersArgs) -> Result<(), CliError> {
                 (None, None) => return Err(CliError::Usage("give --at or --in".into())),
             };
             let seq = client
-                .schedule(&tenant, &id, &due_at, correlation_id.as_deref())
+                .schedule_with_data(&tenant, &id, &due_at, correlation_id.as_deref(), data)
                 .await?;
             if json {
                 print_json(
@@ -317,6 +321,11 @@ fn print_json(value: &Value) {
     );
 }
 
+/// `--data`: any JSON value.
+fn parse_data(text: &str) -> Result<TimerData, String> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
+}
+
 fn print_timer(timer: &TimerView) {
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     for (name, value) in [
@@ -328,6 +337,10 @@ fn print_timer(timer: &TimerView) {
         ("reached at", dash(&timer.reached_at)),
         ("cancelled at", dash(&timer.cancelled_at)),
         ("correlation id", timer.correlation_id.clone()),
+        (
+            "data",
+            dash(&timer.data.as_ref().map(|d| d.as_str().to_owned())),
+        ),
     ] {
         println!("{name:<15} {value}");
     }

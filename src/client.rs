@@ -10,11 +10,11 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::domain::Subjects;
 use crate::domain::api::{TimerView, Verb};
 use crate::domain::command::{
     cancel_timer_command, generated_correlation_id, schedule_timer_command,
 };
+use crate::domain::{Subjects, TimerData};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -100,11 +100,25 @@ impl TimerClient {
         due_at: &str,
         correlation_id: Option<&str>,
     ) -> Result<u64, ClientError> {
+        self.schedule_with_data(tenant_id, service_call_id, due_at, correlation_id, None)
+            .await
+    }
+
+    /// [`Self::schedule`], with `data` for the timer to carry when given.
+    pub async fn schedule_with_data(
+        &self,
+        tenant_id: &str,
+        service_call_id: &str,
+        due_at: &str,
+        correlation_id: Option<&str>,
+        data: Option<TimerData>,
+    ) -> Result<u64, ClientError> {
         let command = schedule_timer_command(
             tenant_id,
             service_call_id,
             due_at,
             correlation_id,
+            data,
             Utc::now(),
         );
         self.publish(self.subjects.schedule(tenant_id), &command)

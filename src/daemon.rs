@@ -168,7 +168,7 @@ impl Daemon {
                 clock: clock.clone(),
                 subjects: subjects.clone(),
                 batch_size: config.batch_size,
-                max_command_bytes: config.max_command_bytes,
+                limits: config.command_limits(),
                 quotas: quotas_in_force,
             }),
             ChildSpec::of::<ApiResponder>(ApiResponderArgs {

@@ -11,7 +11,8 @@
 //! - [`domain`]: the rules, no I/O. `command` (parsing and validating commands), `tenant`
 //!   (tenant id rules), `timer` (rows, the rules table as a reference model), `order` (command
 //!   order across stream incarnations), `quota` (per-tenant limits and the decision for one
-//!   command), `events` (the envelopes published), `api` (API requests and replies),
+//!   command), `events` (the envelopes published), `data` (a timer's JSON data, kept as the
+//!   text the client wrote), `api` (API requests and replies),
 //!   `subjects`, `envelope`, `timestamp`.
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
 //!   [`ports::Clock`], the API's server and publisher (test doubles: `tests/common/doubles.rs`).

@@ -50,6 +50,7 @@ async fn an_event_the_broker_already_held_is_marked_but_not_counted_as_fired_aga
             service_call_id: id.clone(),
             correlation_id: "c".into(),
             due_at,
+            data: None,
         };
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", due_message_id(&timer).as_str());

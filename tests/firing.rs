@@ -77,6 +77,7 @@ async fn fires_at_due_at_with_the_contract_envelope() {
         service_call_id: "sc-7".into(),
         correlation_id: "req-42".into(),
         due_at: expected_due,
+        data: None,
     };
     assert_eq!(
         event.msg_id.as_deref(),

@@ -2,8 +2,8 @@
 //! and lateness figures (over a sweep of batch sizes, at two rates, with the new parts running,
 //! at scale, on PostgreSQL with several daemons), the API's request rate, restart catch-up, one
 //! tenant's load beside another's (a burst, heavy reads), a `kill -9` in the middle of a burst
-//! of commands, one tenant's backlog of commands at start-up, backups of a live database, and
-//! the broker's native scheduler as the comparison point — in one run, each figure the median
+//! of commands, one tenant's backlog of commands at start-up, backups of a live database, ingest
+//! and fire with data on each timer, and the broker's native scheduler as the comparison point — in one run, each figure the median
 //! of several runs. With `--baseline`, the figures the targets compare with the previous version
 //! are measured for that build too, alternately with this one. Prints a Markdown report and writes it, with a
 //! lateness plot, to `--out`.
@@ -53,7 +53,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
     "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
-    "tenants", "reads", "crash", "intake", "backup",
+    "tenants", "reads", "crash", "intake", "backup", "data",
 ];
 
 #[derive(Debug, Parser)]
@@ -109,12 +109,15 @@ pub struct Args {
     #[arg(long, default_value = "FULL")]
     pub synchronous: String,
     /// Only these sections (comma-separated: raw, sweep, lateness, costs, api, native, scale,
-    /// catch-up, postgres, tenants, reads, crash, intake, backup).
+    /// catch-up, postgres, tenants, reads, crash, intake, backup, data).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).
     #[arg(long)]
     pub keep: bool,
+    /// Bytes of JSON data each timer carries in the data section (beside none).
+    #[arg(long, default_value_t = 1024)]
+    pub data_bytes: usize,
     /// Pending timers in the database the backup section backs up.
     #[arg(long, default_value_t = 100_000)]
     pub backup_n: u64,

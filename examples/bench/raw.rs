@@ -119,7 +119,10 @@ fn timer(i: usize, due: chrono::DateTime<Utc>) -> Command {
         tenant_id: format!("t{}", i % 10),
         service_call_id: format!("raw-{i:09}"),
         correlation_id: format!("corr-{i}"),
-        action: Action::Schedule { due_at: due },
+        action: Action::Schedule {
+            due_at: due,
+            data: None,
+        },
         seq: i as u64 + 1,
         received_at: Utc::now(),
     }

@@ -8,6 +8,7 @@ mod m20261123_000003_command_streams;
 mod m20261124_000004_daemon_instances;
 mod m20261124_000005_postgres_fill_factor;
 mod m20261125_000006_tenant_quotas;
+mod m20261125_000007_timer_data;
 
 pub struct Migrator;
 
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000004_daemon_instances::Migration),
             Box::new(m20261124_000005_postgres_fill_factor::Migration),
             Box::new(m20261125_000006_tenant_quotas::Migration),
+            Box::new(m20261125_000007_timer_data::Migration),
         ]
     }
 }

@@ -19,7 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::backoff;
-use crate::domain::Subjects;
+use crate::domain::{CommandLimits, Subjects};
 use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus};
 
 mod intake;
@@ -58,7 +58,8 @@ pub struct CommandHandlerArgs {
     pub clock: Arc<dyn Clock>,
     pub subjects: Subjects,
     pub batch_size: usize,
-    pub max_command_bytes: usize,
+    /// `max_command_bytes`, `max_data_bytes`.
+    pub limits: CommandLimits,
     /// The per-tenant quotas in force.
     pub quotas: QuotaHandle,
 }

@@ -102,6 +102,9 @@ pub struct Config {
     pub batch_size: usize,
     /// Largest command accepted; bigger ones are rejected.
     pub max_command_bytes: usize,
+    /// Largest `data` a ScheduleTimer may carry (bytes of its JSON text); a larger one is
+    /// rejected, 0 accepts none. The whole command is held to `max_command_bytes` besides.
+    pub max_data_bytes: usize,
     /// This daemon's name: in its logs and metrics, and on the timers it claims for firing.
     /// Keep it stable across restarts (a restarted daemon resumes its own claims at once) and
     /// unique among daemons sharing a database. When unset, see [`Config::daemon_name`].
@@ -219,6 +222,7 @@ impl std::fmt::Debug for Config {
             polling_interval,
             batch_size,
             max_command_bytes,
+            max_data_bytes,
             name,
             claim_lease,
             nats,
@@ -239,6 +243,7 @@ impl std::fmt::Debug for Config {
             .field("polling_interval", polling_interval)
             .field("batch_size", batch_size)
             .field("max_command_bytes", max_command_bytes)
+            .field("max_data_bytes", max_data_bytes)
             .field("name", name)
             .field("claim_lease", claim_lease)
             .field("nats", nats)
@@ -264,6 +269,7 @@ impl Default for Config {
             polling_interval: Duration::from_millis(5000),
             batch_size: 100,
             max_command_bytes: 64 * 1024,
+            max_data_bytes: 16 * 1024,
             name: None,
             claim_lease: Duration::from_secs(30),
             nats: NatsSettings::default(),
@@ -276,6 +282,16 @@ impl Default for Config {
             quotas: QuotaSettings::default(),
             metrics: MetricsSettings::default(),
             api: ApiSettings::default(),
+        }
+    }
+}
+
+impl Config {
+    /// The sizes commands are held to.
+    pub fn command_limits(&self) -> crate::domain::CommandLimits {
+        crate::domain::CommandLimits {
+            max_bytes: self.max_command_bytes,
+            max_data_bytes: self.max_data_bytes,
         }
     }
 }

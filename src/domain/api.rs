@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::command::check_service_call_id;
+use super::data::TimerData;
 use super::forecast::{ForecastMinute, MAX_FORECAST_MINUTES};
 use super::timer::{CancelOutcome, Timer, TimerState};
 use super::timestamp::{format_utc, parse_due_at, parse_stored};
@@ -14,6 +15,10 @@ use super::timestamp::{format_utc, parse_due_at, parse_stored};
 /// Largest page `list` returns, and the default.
 pub const MAX_LIST_LIMIT: usize = 1000;
 pub const DEFAULT_LIST_LIMIT: usize = 100;
+/// Most bytes of timers one `list` reply carries: a page of timers holding large `data` ends
+/// sooner, with a `next` cursor, so that the reply stays well within the broker's default
+/// largest message (1 MiB). A page always holds at least one timer.
+pub const MAX_LIST_REPLY_BYTES: usize = 512 * 1024;
 
 /// The endpoints, by the subject token `timer.api.<verb>.<tenantId>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,6 +285,9 @@ pub struct TimerView {
     pub reached_at: Option<String>,
     pub cancelled_at: Option<String>,
     pub state: String,
+    /// The timer's `data`; absent when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<TimerData>,
 }
 
 impl From<&Timer> for TimerView {
@@ -293,6 +301,7 @@ impl From<&Timer> for TimerView {
             reached_at: timer.reached_at.map(format_utc),
             cancelled_at: timer.cancelled_at.map(format_utc),
             state: timer.state.as_str().to_owned(),
+            data: timer.data.clone(),
         }
     }
 }
@@ -300,13 +309,6 @@ impl From<&Timer> for TimerView {
 #[derive(Serialize)]
 struct GetReply {
     timer: TimerView,
-}
-
-#[derive(Serialize)]
-struct ListReply {
-    timers: Vec<TimerView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -326,11 +328,36 @@ pub fn get_reply(timer: &Timer) -> Result<Vec<u8>, ApiError> {
     })
 }
 
+/// The reply to `list`: `{"timers": […], "next"?: "<cursor>"}`, its timers written one by one
+/// until [`MAX_LIST_REPLY_BYTES`]; the page is cut short there, its `next` then resuming after
+/// the last timer written.
 pub fn list_reply(page: &ListPage) -> Result<Vec<u8>, ApiError> {
-    encode(&ListReply {
-        timers: page.timers.iter().map(TimerView::from).collect(),
-        next: page.next.as_ref().map(ListCursor::encode),
-    })
+    let failed = |e: serde_json::Error| ApiError::internal(format!("cannot encode reply: {e}"));
+    let mut out = b"{\"timers\":[".to_vec();
+    let mut next = page.next.clone();
+    for (i, timer) in page.timers.iter().enumerate() {
+        let start = out.len();
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, &TimerView::from(timer)).map_err(failed)?;
+        if i > 0 && out.len() > MAX_LIST_REPLY_BYTES {
+            out.truncate(start);
+            let last = &page.timers[i - 1];
+            next = Some(ListCursor {
+                due_at: last.due_at,
+                service_call_id: last.service_call_id.clone(),
+            });
+            break;
+        }
+    }
+    out.push(b']');
+    if let Some(next) = next {
+        out.extend_from_slice(b",\"next\":");
+        serde_json::to_writer(&mut out, &next.encode()).map_err(failed)?;
+    }
+    out.push(b'}');
+    Ok(out)
 }
 
 /// The reply to `cancel`; `not_found` carries no timer (the tombstone it left is not one).

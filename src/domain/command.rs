@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
+use super::data::TimerData;
 use super::envelope::MessageEnvelope;
 use super::subjects::{CommandKind, Subjects, UNKNOWN_TENANT};
 use super::tenant::check_tenant_id;
@@ -40,6 +41,9 @@ pub struct ScheduleTimerPayload {
     pub due_at: String,
     #[serde(default)]
     pub correlation_id: Option<String>,
+    /// Any JSON value, stored with the timer and echoed in its DueTimeReached; `null` is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<TimerData>,
 }
 
 /// `CancelTimer` payload as it appears on the wire.
@@ -119,6 +123,15 @@ pub fn check_correlation_id(correlation_id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The sizes a command is held to (`max_command_bytes`, `max_data_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandLimits {
+    /// The whole message, in bytes.
+    pub max_bytes: usize,
+    /// A ScheduleTimer's `data`, in bytes of its JSON text.
+    pub max_data_bytes: usize,
+}
+
 /// Where and when a command arrived: its JetStream stream sequence (the order of commands) and
 /// the instant the service accepted it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,13 +142,13 @@ pub struct Arrival {
 
 /// Parses and validates one command delivered on `subject`.
 ///
-/// `max_bytes` bounds the message size; `new_correlation_id` is called only when the command
-/// carries no correlation id (payload first, then envelope).
+/// `limits` bound the message and its data; `new_correlation_id` is called only when the
+/// command carries no correlation id (payload first, then envelope).
 pub fn parse_command(
     subjects: &Subjects,
     subject: &str,
     bytes: &[u8],
-    max_bytes: usize,
+    limits: CommandLimits,
     arrival: Arrival,
     new_correlation_id: impl FnOnce() -> String,
 ) -> Result<Command, Rejection> {
@@ -150,10 +163,11 @@ pub fn parse_command(
         kind: RejectionKind::Invalid,
     };
 
-    if bytes.len() > max_bytes {
+    if bytes.len() > limits.max_bytes {
         return Err(reject(format!(
-            "message is {} bytes, more than the {max_bytes}-byte limit",
-            bytes.len()
+            "message is {} bytes, more than the {}-byte limit",
+            bytes.len(),
+            limits.max_bytes
         )));
     }
     let Some((kind, tenant_id)) = subjects.command_of(subject) else {
@@ -197,10 +211,20 @@ pub fn parse_command(
             payload_tenant_matches(&payload.tenant_id)?;
             check_service_call_id(&payload.service_call_id).map_err(reject)?;
             let due_at = parse_due_at(&payload.due_at).map_err(reject)?;
+            if let Some(data) = &payload.data
+                && data.len() > limits.max_data_bytes
+            {
+                return Err(reject(format!(
+                    "data is {} bytes, more than the {}-byte limit (max_data_bytes)",
+                    data.len(),
+                    limits.max_data_bytes
+                )));
+            }
+            let data = payload.data;
             (
                 payload.service_call_id,
                 payload.correlation_id,
-                Action::Schedule { due_at },
+                Action::Schedule { due_at, data },
             )
         }
         CommandKind::Cancel => {
@@ -240,6 +264,7 @@ pub fn schedule_timer_command(
     service_call_id: &str,
     due_at: &str,
     correlation_id: Option<&str>,
+    data: Option<TimerData>,
     now: DateTime<Utc>,
 ) -> MessageEnvelope<ScheduleTimerPayload> {
     let mut envelope = MessageEnvelope::new(
@@ -251,6 +276,7 @@ pub fn schedule_timer_command(
             service_call_id: service_call_id.to_owned(),
             due_at: due_at.to_owned(),
             correlation_id: correlation_id.map(str::to_owned),
+            data,
         },
     );
     envelope.aggregate_id = Some(service_call_id.to_owned());

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::data::TimerData;
 use super::envelope::MessageEnvelope;
 use super::timer::DueTimer;
 use super::timestamp::format_utc;
@@ -27,6 +28,9 @@ pub struct DueTimeReached {
     pub service_call_id: String,
     pub due_at: String,
     pub reached_at: String,
+    /// The timer's `data`, as its ScheduleTimer carried it; absent when it had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<TimerData>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +60,7 @@ pub fn due_time_reached(
             service_call_id: timer.service_call_id.clone(),
             due_at: format_utc(timer.due_at),
             reached_at: format_utc(reached_at),
+            data: timer.data.clone(),
         },
     );
     envelope.correlation_id = Some(timer.correlation_id.clone());
@@ -132,6 +137,7 @@ mod tests {
             service_call_id: "sc-7".into(),
             correlation_id: "req-42".into(),
             due_at: Utc.timestamp_millis_opt(due_ms).unwrap(),
+            data: None,
         }
     }
 
@@ -150,6 +156,22 @@ mod tests {
         assert_eq!(json["payload"]["serviceCallId"], "sc-7");
         let id: Uuid = json["id"].as_str().unwrap().parse().unwrap();
         assert_eq!(id.get_version_num(), 7);
+        assert!(json["payload"].get("data").is_none(), "no data, no field");
+    }
+
+    #[test]
+    fn due_time_reached_echoes_the_data_as_written() {
+        let mut with_data = timer(0);
+        with_data.data =
+            Some(TimerData::from_stored(r#"{"order": 42, "tags": ["a"]}"#.into()).unwrap());
+        let at = Utc.timestamp_millis_opt(1).unwrap();
+        let text = serde_json::to_string(&due_time_reached(&with_data, at)).unwrap();
+        assert!(
+            text.contains(r#""data":{"order": 42, "tags": ["a"]}"#),
+            "{text}"
+        );
+        let back: MessageEnvelope<DueTimeReached> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.payload.data, with_data.data);
     }
 
     #[test]

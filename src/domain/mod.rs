@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod command;
+pub mod data;
 pub mod envelope;
 pub mod events;
 pub mod forecast;
@@ -13,8 +14,10 @@ pub mod timer;
 pub mod timestamp;
 
 pub use command::{
-    Arrival, CancelTimerPayload, Rejection, RejectionKind, ScheduleTimerPayload, parse_command,
+    Arrival, CancelTimerPayload, CommandLimits, Rejection, RejectionKind, ScheduleTimerPayload,
+    parse_command,
 };
+pub use data::TimerData;
 pub use envelope::MessageEnvelope;
 pub use events::{DueTimeReached, TimerCommandRejected};
 pub use order::{StreamIncarnation, command_order};

@@ -177,8 +177,8 @@ const REFUSED_CANCEL: &str = "(excluded.state = 'Cancelled' \
 ///   refused, but its sequence is remembered, so an older command arriving later changes
 ///   nothing;
 /// - otherwise the state is the command's, the sequence is remembered, a schedule brings its
-///   `dueAt` and correlation id and releases any claim, a cancel keeps the timer's own `dueAt`
-///   and correlation id and the time of the first cancel.
+///   `dueAt`, correlation id and data (none clears it) and releases any claim, a cancel keeps
+///   the timer's own `dueAt`, correlation id and data and the time of the first cancel.
 async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Result<u64, DbErr> {
     let mut written = 0;
     for mut round in rounds {
@@ -204,6 +204,13 @@ async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Resul
                     Expr::cust(
                         "CASE WHEN excluded.state = 'Scheduled' THEN excluded.correlation_id \
                          ELSE timer_schedules.correlation_id END",
+                    ),
+                )
+                .value(
+                    Column::Data,
+                    Expr::cust(
+                        "CASE WHEN excluded.state = 'Scheduled' THEN excluded.data \
+                         ELSE timer_schedules.data END",
                     ),
                 )
                 .value(

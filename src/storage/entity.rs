@@ -23,6 +23,8 @@ pub struct Model {
     /// The daemon that picked this timer for firing, and until when its claim holds.
     pub claimed_by: Option<String>,
     pub claim_until: Option<String>,
+    /// The timer's `data`: the JSON text its ScheduleTimer carried, NULL for none.
+    pub data: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

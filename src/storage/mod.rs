@@ -81,7 +81,7 @@ pub use error::StoreError;
 pub use probe::{MIN_FREE_BYTES, NameHold};
 pub use queries::PendingCounts;
 
-/// Rows per statement: 11 bound values per upserted row stays far below SQLite's limit of
+/// Rows per statement: 12 bound values per upserted row stays far below SQLite's limit of
 /// 32,766 variables.
 const ROWS_PER_STATEMENT: usize = 1_000;
 

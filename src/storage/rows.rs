@@ -9,7 +9,7 @@ use sea_orm::QueryResult;
 use super::StoreError;
 use super::entity;
 use crate::domain::timestamp::{format_utc, parse_stored};
-use crate::domain::{Action, Command, DueTimer, Timer};
+use crate::domain::{Action, Command, DueTimer, Timer, TimerData};
 
 pub(super) fn to_active_model(command: &Command) -> entity::ActiveModel {
     let row = command.new_row();
@@ -18,7 +18,7 @@ pub(super) fn to_active_model(command: &Command) -> entity::ActiveModel {
         service_call_id: Set(row.service_call_id),
         correlation_id: Set(row.correlation_id),
         due_at: Set(match command.action {
-            Action::Schedule { due_at } => Some(format_utc(due_at)),
+            Action::Schedule { due_at, .. } => Some(format_utc(due_at)),
             Action::Cancel => None,
         }),
         registered_at: Set(format_utc(row.registered_at)),
@@ -29,7 +29,23 @@ pub(super) fn to_active_model(command: &Command) -> entity::ActiveModel {
         cancelled_seq: Set(row.cancelled_seq.map(|seq| seq as i64)),
         claimed_by: Set(None),
         claim_until: Set(None),
+        data: Set(row.data.map(|data| data.as_str().to_owned())),
     }
+}
+
+/// The `data` column of a row, checked to be JSON.
+fn data_of(
+    tenant_id: &str,
+    service_call_id: &str,
+    text: Option<String>,
+) -> Result<Option<TimerData>, StoreError> {
+    text.map(TimerData::from_stored)
+        .transpose()
+        .map_err(|reason| StoreError::CorruptRow {
+            tenant_id: tenant_id.to_owned(),
+            service_call_id: service_call_id.to_owned(),
+            reason,
+        })
 }
 
 pub(super) fn parse_time(field: &str, text: &str) -> Result<DateTime<Utc>, StoreError> {
@@ -70,6 +86,7 @@ pub(super) fn from_model(model: entity::Model) -> Result<Timer, StoreError> {
             .cancelled_seq
             .map(|seq| u64::try_from(seq).map_err(|e| corrupt(e.to_string())))
             .transpose()?,
+        data: data_of(&model.tenant_id, &model.service_call_id, model.data)?,
         tenant_id: model.tenant_id,
         service_call_id: model.service_call_id,
         correlation_id: model.correlation_id,
@@ -87,6 +104,7 @@ pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreErro
         reason,
     })?;
     Ok(DueTimer {
+        data: data_of(&model.tenant_id, &model.service_call_id, model.data)?,
         tenant_id: model.tenant_id,
         service_call_id: model.service_call_id,
         correlation_id: model.correlation_id,
@@ -95,12 +113,20 @@ pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreErro
 }
 
 /// A claimed row as a claim statement returns it (`RETURNING tenant_id, service_call_id,
-/// correlation_id, due_at`).
+/// correlation_id, due_at, data`).
 pub(super) fn due_timer(row: &QueryResult) -> Result<DueTimer, StoreError> {
+    let tenant_id: String = row.try_get("", "tenant_id")?;
+    due_timer_of(tenant_id, row)
+}
+
+/// [`due_timer`], its tenant already read.
+pub(super) fn due_timer_of(tenant_id: String, row: &QueryResult) -> Result<DueTimer, StoreError> {
     let due_at: String = row.try_get("", "due_at")?;
+    let service_call_id: String = row.try_get("", "service_call_id")?;
     Ok(DueTimer {
-        tenant_id: row.try_get("", "tenant_id")?,
-        service_call_id: row.try_get("", "service_call_id")?,
+        data: data_of(&tenant_id, &service_call_id, row.try_get("", "data")?)?,
+        tenant_id,
+        service_call_id,
         correlation_id: row.try_get("", "correlation_id")?,
         due_at: parse_time("due_at", &due_at)?,
     })

@@ -673,7 +673,7 @@ pub fn schedule_at(
         tenant_id: tenant.into(),
         service_call_id: id.into(),
         correlation_id: format!("corr-{seq}"),
-        action: timer_service::domain::Action::Schedule { due_at },
+        action: timer_service::domain::Action::Schedule { due_at, data: None },
         seq,
         received_at: due_at,
     }

@@ -1,11 +1,13 @@
 //! The Markdown report: medians (with the range across runs) of every figure collected, the
 //! targets each is measured against, and where the CPU went. `postgres` writes the PostgreSQL
 //! figures, `tenants` one tenant's load beside another's, `recovery` a crash mid-burst and a
-//! backlog at start-up, `backup` backups of a live file, `baseline` each compared figure beside
+//! backlog at start-up, `backup` backups of a live file, `data` ingest and fire with data,
+//! `baseline` each compared figure beside
 //! the `--baseline` build's.
 
 mod backup;
 mod baseline;
+mod data;
 mod postgres;
 mod recovery;
 mod tenants;
@@ -475,6 +477,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
     tenants::reads(&mut r, args, f);
     recovery::recovery(&mut r, f);
     backup::backup(&mut r, args, f);
+    data::data(&mut r, args, f);
     baseline::beside(&mut r, args, f);
 
     if let Some(metrics) = &f.metrics_sample {

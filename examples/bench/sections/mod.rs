@@ -4,6 +4,7 @@
 //! within minutes of each other. The recovery sections (`crash`, `intake`) are in `recovery`.
 
 mod backup;
+mod data;
 mod recovery;
 
 use std::path::{Path, PathBuf};
@@ -190,6 +191,9 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
     }
     if args.wants("backup") {
         backup::backup(ctx, f).await;
+    }
+    if args.wants("data") {
+        data::data(ctx, f).await;
     }
 }
 

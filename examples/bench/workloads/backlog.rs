@@ -9,7 +9,7 @@ use chrono::Utc;
 use futures::StreamExt;
 use timer_service::nats::streams::ensure_command_stream;
 
-use super::{Run, command, meter, start_daemons, stop};
+use super::{Run, command_with, meter, start_daemons, stop};
 use crate::daemon::Settings;
 use crate::raw::publish_pipelined;
 use crate::world::World;
@@ -17,6 +17,16 @@ use crate::world::World;
 /// `n` commands queued while no daemon runs, then the daemons started: commands stored and
 /// acknowledged per second, from the first process start to an empty work queue.
 pub async fn ingest(world: &World, n: usize, daemons: &[Settings]) -> Run {
+    ingest_with(world, n, daemons, None).await
+}
+
+/// [`ingest`], each command carrying `data` when given.
+pub async fn ingest_with(
+    world: &World,
+    n: usize,
+    daemons: &[Settings],
+    data: Option<&serde_json::value::RawValue>,
+) -> Run {
     let mut stream = ensure_command_stream(&world.js, &daemons[0].broker_names())
         .await
         .expect("command stream");
@@ -24,10 +34,11 @@ pub async fn ingest(world: &World, n: usize, daemons: &[Settings]) -> Run {
     publish_pipelined(&world.js, n, 1000, |i| {
         (
             format!("timer.cmd.schedule.t{}", i % 10),
-            PublishMessage::build().payload(command(
+            PublishMessage::build().payload(command_with(
                 &format!("t{}", i % 10),
                 &format!("ingest-{i}"),
                 due + chrono::Duration::milliseconds(i as i64),
+                data,
             )),
         )
     })
@@ -62,9 +73,33 @@ pub async fn ingest(world: &World, n: usize, daemons: &[Settings]) -> Run {
 /// `n` timers due at one instant: timers published, acknowledged and marked `Reached` per
 /// second, from the instant to the last mark.
 pub async fn fire(world: &World, n: usize, daemons: &[Settings]) -> Run {
+    fire_with(world, n, daemons, None, Duration::from_secs(4)).await
+}
+
+/// [`fire`], each timer holding `data` when given, due `lead` after the filling begins (long
+/// enough for the filling to end and the daemons to start).
+pub async fn fire_with(
+    world: &World,
+    n: usize,
+    daemons: &[Settings],
+    data: Option<&serde_json::value::RawValue>,
+    lead: Duration,
+) -> Run {
     let observer = world.observer().await;
-    let instant = Utc::now() + chrono::Duration::seconds(4);
+    let instant = Utc::now() + chrono::Duration::from_std(lead).expect("lead");
     observer.prefill(n as u64, "fire", instant, 0, None).await;
+    if let Some(data) = data {
+        let text = data.get().replace('\'', "''");
+        observer
+            .execute(&format!(
+                "UPDATE timer_schedules SET data = '{text}' WHERE tenant_id = 'fire'"
+            ))
+            .await;
+    }
+    assert!(
+        Utc::now() + chrono::Duration::seconds(2) < instant,
+        "filling the database took longer than the lead"
+    );
     let running = start_daemons(world, daemons);
     while Utc::now() < instant {
         tokio::time::sleep(Duration::from_millis(1)).await;

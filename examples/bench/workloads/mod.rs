@@ -23,7 +23,7 @@ mod steady;
 mod tenants;
 
 pub use api::api_throughput;
-pub use backlog::{Failure, catch_up, failover, fire, ingest};
+pub use backlog::{Failure, catch_up, failover, fire, fire_with, ingest, ingest_with};
 pub use backup::{backups_under_load, writer_beside_backups};
 pub use recovery::{BULK_N, CRASH_N, CRASH_RATE, crash, intake};
 pub use steady::{LatenessRun, Load, lateness, native_lateness, retention_under_load};
@@ -43,15 +43,40 @@ use crate::world::World;
 
 /// A ScheduleTimer command of `tenant` for key `id`, due at `due`.
 fn command(tenant: &str, id: &str, due: DateTime<Utc>) -> bytes::Bytes {
+    command_with(tenant, id, due, None)
+}
+
+/// [`command`], carrying `data` (JSON text) when given.
+fn command_with(
+    tenant: &str,
+    id: &str,
+    due: DateTime<Utc>,
+    data: Option<&serde_json::value::RawValue>,
+) -> bytes::Bytes {
+    let mut payload =
+        serde_json::json!({ "tenantId": tenant, "serviceCallId": id, "dueAt": rfc3339(due) });
+    if let Some(data) = data {
+        payload["data"] = serde_json::from_str(data.get()).expect("data is JSON");
+    }
     serde_json::to_vec(&serde_json::json!({
         "id": uuid::Uuid::now_v7(),
         "type": "ScheduleTimer",
         "tenantId": tenant,
         "timestampMs": Utc::now().timestamp_millis(),
-        "payload": { "tenantId": tenant, "serviceCallId": id, "dueAt": rfc3339(due) },
+        "payload": payload,
     }))
     .expect("json")
     .into()
+}
+
+/// A timer's data as a client might send it, `bytes` long as JSON text (at least 100): an
+/// order with a few lines and a note filling the rest.
+pub fn data_of(bytes: usize) -> Box<serde_json::value::RawValue> {
+    let head = r#"{"orderId":"ord-000042","step":"reminder","lines":[{"sku":"a-1","qty":2},{"sku":"b-7","qty":1}],"note":""#;
+    let tail = r#""}"#;
+    let fill = bytes.saturating_sub(head.len() + tail.len());
+    let text = format!("{head}{}{tail}", "n".repeat(fill));
+    serde_json::value::RawValue::from_string(text).expect("data is JSON")
 }
 
 /// A throughput figure, with the memory and CPU it took.

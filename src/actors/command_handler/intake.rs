@@ -66,7 +66,7 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
             &args.subjects,
             &inbound.subject,
             &inbound.payload,
-            args.max_command_bytes,
+            args.limits,
             arrival,
             generated_correlation_id,
         ) {

@@ -251,7 +251,7 @@ fn stored<'a>(args: &CommandHandlerArgs, commands: impl Iterator<Item = &'a Comm
     let earliest = commands
         .inspect(|_| count += 1)
         .filter_map(|c| match c.action {
-            Action::Schedule { due_at } => Some(due_at),
+            Action::Schedule { due_at, .. } => Some(due_at),
             Action::Cancel => None,
         })
         .min();

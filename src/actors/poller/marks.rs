@@ -135,6 +135,7 @@ mod tests {
                 service_call_id: format!("{name}-{i}"),
                 correlation_id: String::new(),
                 due_at: DateTime::UNIX_EPOCH,
+                data: None,
             })
             .collect();
         Fired {

@@ -137,6 +137,64 @@ fn a_stats_reply_carries_a_forecast_only_when_asked() {
     assert_eq!(with["scheduled"], 3);
 }
 
+fn timer_with_data(i: usize, data: Option<&str>) -> Timer {
+    Timer {
+        tenant_id: "acme".into(),
+        service_call_id: format!("sc-{i:04}"),
+        correlation_id: "c".into(),
+        due_at: Some(parse_stored("2026-11-22T10:00:00Z").unwrap()),
+        registered_at: parse_stored("2026-11-22T09:00:00Z").unwrap(),
+        reached_at: None,
+        cancelled_at: None,
+        state: TimerState::Scheduled,
+        command_seq: i as u64,
+        cancelled_seq: None,
+        data: data.map(|d| TimerData::from_stored(d.into()).unwrap()),
+    }
+}
+
+#[test]
+fn a_list_reply_shows_data_and_ends_early_rather_than_grow_past_its_limit() {
+    let small = ListPage {
+        timers: vec![timer_with_data(0, None), timer_with_data(1, Some("[1,2]"))],
+        next: None,
+    };
+    let reply: serde_json::Value = serde_json::from_slice(&list_reply(&small).unwrap()).unwrap();
+    assert!(reply["timers"][0].get("data").is_none(), "{reply}");
+    assert_eq!(reply["timers"][1]["data"], serde_json::json!([1, 2]));
+    assert!(reply.get("next").is_none());
+
+    // 100 timers of 16 KiB each are 1.6 MB: the page stops before 512 KiB, and its cursor
+    // resumes after the last timer it holds.
+    let big = format!("\"{}\"", "x".repeat(16 * 1024 - 2));
+    let page = ListPage {
+        timers: (0..100).map(|i| timer_with_data(i, Some(&big))).collect(),
+        next: Some(ListCursor {
+            due_at: None,
+            service_call_id: "sc-0099".into(),
+        }),
+    };
+    let bytes = list_reply(&page).unwrap();
+    assert!(bytes.len() <= MAX_LIST_REPLY_BYTES, "{}", bytes.len());
+    let reply: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let held = reply["timers"].as_array().unwrap().len();
+    assert!((20..32).contains(&held), "{held} timers");
+    let next = ListCursor::decode(reply["next"].as_str().unwrap()).unwrap();
+    assert_eq!(next.service_call_id, format!("sc-{:04}", held - 1));
+
+    // One timer always goes out, however large.
+    let one = ListPage {
+        timers: vec![timer_with_data(
+            0,
+            Some(&format!("\"{}\"", "y".repeat(600 * 1024))),
+        )],
+        next: None,
+    };
+    let reply: serde_json::Value = serde_json::from_slice(&list_reply(&one).unwrap()).unwrap();
+    assert_eq!(reply["timers"].as_array().unwrap().len(), 1);
+    assert!(reply.get("next").is_none());
+}
+
 proptest::proptest! {
     /// No request body makes validation panic.
     #[test]

@@ -18,6 +18,17 @@ fn valid_payload() -> serde_json::Value {
     json!({"tenantId": "acme", "serviceCallId": "sc-7", "dueAt": "2026-11-22T10:00:00.000Z", "correlationId": "req-42"})
 }
 
+const LIMITS: CommandLimits = CommandLimits {
+    max_bytes: 65_536,
+    max_data_bytes: 16_384,
+};
+
+/// The limits of [`reason_of`] and the property test: a small message.
+const SMALL: CommandLimits = CommandLimits {
+    max_bytes: 1024,
+    max_data_bytes: 512,
+};
+
 const ARRIVAL: Arrival = Arrival {
     seq: 7,
     at: chrono::DateTime::UNIX_EPOCH,
@@ -29,7 +40,7 @@ fn parse(subject: &str, value: &serde_json::Value) -> Result<Command, Rejection>
         &Subjects::default(),
         subject,
         &bytes,
-        65_536,
+        LIMITS,
         ARRIVAL,
         || "generated".into(),
     )
@@ -42,12 +53,70 @@ fn accepts_the_contract_example() {
     assert_eq!(cmd.service_call_id, "sc-7");
     assert_eq!(cmd.correlation_id, "req-42");
     assert_eq!(cmd.seq, 7);
-    let Action::Schedule { due_at } = cmd.action else {
+    let Action::Schedule { due_at, data } = cmd.action else {
         panic!("a schedule")
     };
     assert_eq!(
         super::super::timestamp::format_utc(due_at),
         "2026-11-22T10:00:00.000Z"
+    );
+    assert_eq!(data, None);
+}
+
+#[test]
+fn a_schedule_carries_any_json_as_data_up_to_its_limit() {
+    let with_data = |data: serde_json::Value| {
+        let mut payload = valid_payload();
+        payload["data"] = data;
+        envelope(payload)
+    };
+    for data in [
+        json!({"order": 42, "lines": [1, 2, 3]}),
+        json!("text"),
+        json!(7),
+        json!([]),
+        json!(false),
+    ] {
+        let cmd = parse(SUBJECT, &with_data(data.clone())).unwrap();
+        let Action::Schedule {
+            data: Some(kept), ..
+        } = cmd.action
+        else {
+            panic!("data kept")
+        };
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(kept.as_str()).unwrap(),
+            data
+        );
+    }
+    let Action::Schedule { data, .. } = parse(SUBJECT, &with_data(json!(null))).unwrap().action
+    else {
+        panic!("a schedule")
+    };
+    assert_eq!(data, None, "null is no data");
+
+    // The limit counts the JSON text as written: exactly at it passes, a byte more does not.
+    let at_limit = "x".repeat(LIMITS.max_data_bytes - 2);
+    assert!(parse(SUBJECT, &with_data(json!(at_limit))).is_ok());
+    let over = "x".repeat(LIMITS.max_data_bytes - 1);
+    let rejection = parse(SUBJECT, &with_data(json!(over))).unwrap_err();
+    assert_eq!(rejection.kind, RejectionKind::Invalid);
+    assert_eq!(
+        rejection.reason,
+        "data is 16385 bytes, more than the 16384-byte limit (max_data_bytes)"
+    );
+    let none = CommandLimits {
+        max_data_bytes: 0,
+        ..LIMITS
+    };
+    let bytes = serde_json::to_vec(&with_data(json!(1))).unwrap();
+    let rejection = parse_command(&Subjects::default(), SUBJECT, &bytes, none, ARRIVAL, || {
+        "g".into()
+    })
+    .unwrap_err();
+    assert!(
+        rejection.reason.starts_with("data is 1 bytes"),
+        "{rejection:?}"
     );
 }
 
@@ -157,7 +226,7 @@ fn a_rejection_goes_to_the_tenant_of_the_subject_whatever_the_message_names() {
 }
 
 fn reason_of(subject: &str, bytes: &[u8]) -> Rejection {
-    parse_command(&Subjects::default(), subject, bytes, 1024, ARRIVAL, || {
+    parse_command(&Subjects::default(), subject, bytes, SMALL, ARRIVAL, || {
         "g".into()
     })
     .unwrap_err()
@@ -264,12 +333,36 @@ fn rejects_every_kind_of_bad_input_with_a_reason() {
     }
 }
 
+fn cmd_due(cmd: &Command) -> chrono::DateTime<chrono::Utc> {
+    match cmd.action {
+        Action::Schedule { due_at, .. } => due_at,
+        Action::Cancel => panic!("a schedule"),
+    }
+}
+
 #[test]
 fn the_commands_this_service_builds_pass_its_own_validation() {
     let now = chrono::DateTime::UNIX_EPOCH;
-    let schedule = schedule_timer_command("acme", "sc-7", "2026-11-22T10:00:00Z", None, now);
+    let schedule = schedule_timer_command("acme", "sc-7", "2026-11-22T10:00:00Z", None, None, now);
     let cmd = parse(SUBJECT, &serde_json::to_value(schedule).unwrap()).unwrap();
-    assert!(matches!(cmd.action, Action::Schedule { .. }));
+    assert!(matches!(cmd.action, Action::Schedule { data: None, .. }));
+    let data: crate::domain::TimerData = serde_json::from_str(r#"{"order":42}"#).unwrap();
+    let schedule = schedule_timer_command(
+        "acme",
+        "sc-7",
+        "2026-11-22T10:00:00Z",
+        None,
+        Some(data.clone()),
+        now,
+    );
+    let cmd = parse(SUBJECT, &serde_json::to_value(schedule).unwrap()).unwrap();
+    assert_eq!(
+        cmd.action,
+        Action::Schedule {
+            due_at: cmd_due(&cmd),
+            data: Some(data)
+        }
+    );
     let cancel = cancel_timer_command("acme", "sc-7", "corr", now);
     let cmd = parse(
         "timer.cmd.cancel.acme",
@@ -298,7 +391,7 @@ proptest::proptest! {
     /// No input bytes make validation panic.
     #[test]
     fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
-        let _ = parse_command(&Subjects::default(), SUBJECT, &bytes, 1024, ARRIVAL, || "g".into());
-        let _ = parse_command(&Subjects::default(), "timer.cmd.cancel.acme", &bytes, 1024, ARRIVAL, || "g".into());
+        let _ = parse_command(&Subjects::default(), SUBJECT, &bytes, SMALL, ARRIVAL, || "g".into());
+        let _ = parse_command(&Subjects::default(), "timer.cmd.cancel.acme", &bytes, SMALL, ARRIVAL, || "g".into());
     }
 }

@@ -141,6 +141,7 @@ mod tests {
             correlation_id: "c".into(),
             action: Action::Schedule {
                 due_at: DateTime::UNIX_EPOCH,
+                data: None,
             },
             seq,
             received_at: DateTime::UNIX_EPOCH,

@@ -12,6 +12,7 @@ fn schedule(tenant: &str, id: &str, seq: u64) -> Command {
         correlation_id: "c".into(),
         action: Action::Schedule {
             due_at: DateTime::UNIX_EPOCH,
+            data: None,
         },
         seq,
         received_at: DateTime::UNIX_EPOCH,

@@ -23,7 +23,7 @@ use sea_orm::{
 
 use crate::domain::timestamp::format_utc;
 use crate::domain::{DuePosition, DueTimer};
-use crate::storage::rows::{parse_optional_time, parse_time};
+use crate::storage::rows::{due_timer_of, parse_optional_time};
 use crate::storage::{Claimant, DueBatch, Store, StoreError};
 
 /// The claim, with `$after` a further condition on the rows picked. The instant is read as a
@@ -55,9 +55,9 @@ macro_rules! claim {
      claimed AS (UPDATE timer_schedules t \
        SET claimed_by = $1, claim_until = (SELECT until_text FROM clock) \
        WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) \
-       RETURNING t.tenant_id, t.service_call_id, t.correlation_id, t.due_at), \
+       RETURNING t.tenant_id, t.service_call_id, t.correlation_id, t.due_at, t.data), \
      counted AS (SELECT count(*) AS n FROM claimed) \
-     SELECT c.tenant_id, c.service_call_id, c.correlation_id, c.due_at, clock.now_us, \
+     SELECT c.tenant_id, c.service_call_id, c.correlation_id, c.due_at, c.data, clock.now_us, \
        CASE WHEN (SELECT n FROM counted) < $3 THEN \
          (SELECT min(due_at) FROM timer_schedules \
            WHERE state = 'Scheduled' AND due_at > (SELECT now_text FROM clock)) END AS next_due, \
@@ -207,13 +207,7 @@ fn batch_of(rows: Vec<QueryResult>) -> Result<DueBatch, StoreError> {
         let Some(tenant_id) = row.try_get::<Option<String>>("", "tenant_id")? else {
             continue;
         };
-        let due_at: String = row.try_get("", "due_at")?;
-        timers.push(DueTimer {
-            tenant_id,
-            service_call_id: row.try_get("", "service_call_id")?,
-            correlation_id: row.try_get("", "correlation_id")?,
-            due_at: parse_time("due_at", &due_at)?,
-        });
+        timers.push(due_timer_of(tenant_id, row)?);
     }
     timers.sort_by_key(|t| t.position());
     Ok(DueBatch {
