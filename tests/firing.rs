@@ -78,6 +78,7 @@ async fn fires_at_due_at_with_the_contract_envelope() {
         correlation_id: "req-42".into(),
         due_at: expected_due,
         data: None,
+        trace: None,
     };
     assert_eq!(
         event.msg_id.as_deref(),
@@ -259,5 +260,106 @@ async fn a_sub_millisecond_due_at_is_rounded_up_and_never_fires_early() {
             event.stored_at
         );
     }
+    daemon.shutdown().await.unwrap();
+}
+
+/// A ScheduleTimer's W3C trace context (`traceparent`, `tracestate`) comes back on its
+/// DueTimeReached, after a daemon restart in between (it is stored with the timer); a reschedule
+/// brings its own; a refused command's comes back on its TimerCommandRejected; a malformed
+/// `traceparent` is dropped and the command is still stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_context_of_a_command_comes_back_on_its_events() {
+    use async_nats::HeaderMap;
+
+    let server = common::NatsServer::start();
+    let scratch = common::Scratch::new();
+    let daemon = timer_service::Daemon::start(common::config(&server, &scratch))
+        .await
+        .unwrap();
+    let client = common::TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    let first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let second = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let send = |subject: &'static str, command: serde_json::Value, parent: &'static str| {
+        let js = client.js.clone();
+        async move {
+            let mut headers = HeaderMap::new();
+            headers.insert("traceparent", parent);
+            headers.insert("tracestate", "congo=t61rcWkgMzE");
+            js.publish_with_headers(
+                subject,
+                headers,
+                serde_json::to_vec(&command).unwrap().into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        }
+    };
+    let due = |ms: i64| common::rfc3339(Utc::now() + chrono::Duration::milliseconds(ms));
+    let later = "2030-01-01T00:00:00Z";
+    send(
+        "timer.cmd.schedule.acme",
+        common::schedule_command("acme", "traced", &due(3_000), None),
+        first,
+    )
+    .await;
+    send(
+        "timer.cmd.schedule.acme",
+        common::schedule_command("acme", "moved", later, None),
+        first,
+    )
+    .await;
+    send(
+        "timer.cmd.schedule.acme",
+        common::schedule_command("acme", "bad-parent", &due(1_500), None),
+        "00-xyz",
+    )
+    .await;
+    let mut invalid = common::schedule_command("acme", "refused", later, None);
+    invalid["payload"]["dueAt"] = serde_json::json!("tomorrow");
+    send("timer.cmd.schedule.acme", invalid, second).await;
+    let rejected = client
+        .await_events("timer.evt.rejected.acme", 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        rejected[0].trace,
+        (
+            Some(second.to_owned()),
+            Some("congo=t61rcWkgMzE".to_owned())
+        )
+    );
+    // Stored with the timer: a restarted daemon sends it on.
+    client.barrier("acme").await;
+    daemon.shutdown().await.unwrap();
+    let daemon = timer_service::Daemon::start(common::config(&server, &scratch))
+        .await
+        .unwrap();
+    send(
+        "timer.cmd.schedule.acme",
+        common::schedule_command("acme", "moved", &due(500), None),
+        second,
+    )
+    .await;
+    let traced = client
+        .await_due("acme", "traced", Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        traced.trace,
+        (Some(first.to_owned()), Some("congo=t61rcWkgMzE".to_owned()))
+    );
+    let moved = client
+        .await_due("acme", "moved", Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        moved.trace.0.as_deref(),
+        Some(second),
+        "the reschedule's own"
+    );
+    let dropped = client
+        .await_due("acme", "bad-parent", Duration::from_secs(10))
+        .await;
+    assert_eq!(dropped.trace, (None, None));
     daemon.shutdown().await.unwrap();
 }

@@ -9,6 +9,7 @@ mod m20261124_000004_daemon_instances;
 mod m20261124_000005_postgres_fill_factor;
 mod m20261125_000006_tenant_quotas;
 mod m20261125_000007_timer_data;
+mod m20261125_000008_trace_context;
 
 pub struct Migrator;
 
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_000005_postgres_fill_factor::Migration),
             Box::new(m20261125_000006_tenant_quotas::Migration),
             Box::new(m20261125_000007_timer_data::Migration),
+            Box::new(m20261125_000008_trace_context::Migration),
         ]
     }
 }

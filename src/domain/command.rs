@@ -255,6 +255,7 @@ pub fn parse_command(
         action,
         seq: arrival.seq,
         received_at: arrival.at,
+        trace: None,
     })
 }
 

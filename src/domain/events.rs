@@ -138,6 +138,7 @@ mod tests {
             correlation_id: "req-42".into(),
             due_at: Utc.timestamp_millis_opt(due_ms).unwrap(),
             data: None,
+            trace: None,
         }
     }
 

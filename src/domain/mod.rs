@@ -12,6 +12,7 @@ pub mod subjects;
 pub mod tenant;
 pub mod timer;
 pub mod timestamp;
+pub mod trace;
 
 pub use command::{
     Arrival, CancelTimerPayload, CommandLimits, Rejection, RejectionKind, ScheduleTimerPayload,
@@ -25,3 +26,4 @@ pub use subjects::{CommandKind, Subjects};
 pub use timer::{
     Action, CancelOutcome, Command, DuePosition, DueTimer, Timer, TimerKey, TimerState,
 };
+pub use trace::TraceContext;

@@ -12,6 +12,7 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 
 use super::data::TimerData;
+use super::trace::TraceContext;
 
 /// Lifecycle of a timer. `Reached` is final: a fired timer never fires again and cannot be
 /// cancelled. `Cancelled` is not: a newer `ScheduleTimer` schedules it again.
@@ -112,6 +113,8 @@ pub struct DueTimer {
     pub correlation_id: String,
     pub due_at: DateTime<Utc>,
     pub data: Option<TimerData>,
+    /// Its ScheduleTimer's trace context, sent on with its DueTimeReached.
+    pub trace: Option<TraceContext>,
 }
 
 impl DueTimer {
@@ -147,6 +150,8 @@ pub struct Command {
     pub seq: u64,
     /// When the service accepted it: `registeredAt` of a new row, `cancelledAt` of a cancel.
     pub received_at: DateTime<Utc>,
+    /// The W3C trace context of its message, stored with a schedule for its DueTimeReached.
+    pub trace: Option<TraceContext>,
 }
 
 impl Command {

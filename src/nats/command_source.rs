@@ -17,7 +17,8 @@ use futures::FutureExt;
 use super::partitions::Lines;
 use super::pull::{Line, Next};
 use super::streams::{BrokerNames, ensure_broker_objects, incarnation};
-use crate::domain::StreamIncarnation;
+use crate::domain::trace::{TRACEPARENT, TRACESTATE};
+use crate::domain::{StreamIncarnation, TraceContext};
 use crate::ports::{BusError, CommandSource, CommandSourceFactory, Delivery, InboundCommand};
 
 /// Shortest life of a pull request. A call that waits only a millisecond (while commands are
@@ -266,14 +267,23 @@ fn inbound(
         }
     };
     let (message, acker) = message.split();
-    Some(InboundCommand::new(
+    let header = |name: &str| {
+        let headers = message.headers.as_ref()?;
+        headers.get(name).map(|value| value.as_str().to_owned())
+    };
+    let trace = TraceContext::from_headers(
+        header(TRACEPARENT).as_deref(),
+        header(TRACESTATE).as_deref(),
+    );
+    let command = InboundCommand::new(
         subjects.client_subject(&message.subject),
         message.payload,
         sequence,
         stream,
         redelivered,
         Arc::new(JetStreamDelivery(acker)),
-    ))
+    );
+    Some(command.with_trace(trace))
 }
 
 struct JetStreamDelivery(jetstream::message::Acker);

@@ -15,6 +15,7 @@ use async_trait::async_trait;
 
 use super::connection::JETSTREAM_TIMEOUT;
 use super::streams::{BrokerNames, ensure_event_stream};
+use crate::domain::trace::{TRACEPARENT, TRACESTATE};
 use crate::ports::{BusError, EventBus, OutgoingEvent, Published, Stored};
 
 /// Longest one batch may take, from its first send to its last PubAck: the JetStream timeout,
@@ -44,9 +45,15 @@ impl NatsEventBus {
     ) -> Vec<Result<PublishAckFuture, BusError>> {
         let mut sent = Vec::with_capacity(events.len());
         for event in events {
-            let message = PublishMessage::build()
+            let mut message = PublishMessage::build()
                 .payload(event.payload)
                 .message_id(&event.message_id);
+            if let Some(trace) = &event.trace {
+                message = message.header(TRACEPARENT, trace.traceparent.as_str());
+                if let Some(state) = &trace.tracestate {
+                    message = message.header(TRACESTATE, state.as_str());
+                }
+            }
             sent.push(
                 self.js
                     .send_publish(event.subject, message)

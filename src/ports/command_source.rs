@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::event_bus::BusError;
-use crate::domain::StreamIncarnation;
+use crate::domain::{StreamIncarnation, TraceContext};
 
 /// How long a delivered command that is neither settled nor reported in progress waits
 /// before the broker delivers it again: short, so that the commands a daemon held when it was
@@ -49,6 +49,8 @@ pub struct InboundCommand {
     /// Shared with the keep-alive that reports it in progress while it is held; `None` once
     /// settled.
     delivery: Option<Arc<dyn Delivery>>,
+    /// The W3C trace context of its headers, carried to the events it causes.
+    pub trace: Option<TraceContext>,
 }
 
 impl InboundCommand {
@@ -67,7 +69,14 @@ impl InboundCommand {
             stream,
             redelivered,
             delivery: Some(delivery),
+            trace: None,
         }
+    }
+
+    /// The command with the trace context its headers carried.
+    pub fn with_trace(mut self, trace: Option<TraceContext>) -> Self {
+        self.trace = trace;
+        self
     }
 
     /// The settlement handle, for the keep-alive to report it in progress while it is held.

@@ -4,6 +4,8 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::domain::TraceContext;
+
 /// An event ready to publish.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutgoingEvent {
@@ -11,6 +13,8 @@ pub struct OutgoingEvent {
     /// Deduplication id the broker uses to drop a re-publish (`Nats-Msg-Id` on NATS).
     pub message_id: String,
     pub payload: Bytes,
+    /// The trace context the event carries on (`traceparent`, `tracestate` headers).
+    pub trace: Option<TraceContext>,
 }
 
 /// Why an event was not stored by the broker.

@@ -214,6 +214,13 @@ async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Resul
                     ),
                 )
                 .value(
+                    Column::TraceContext,
+                    Expr::cust(
+                        "CASE WHEN excluded.state = 'Scheduled' THEN excluded.trace_context \
+                         ELSE timer_schedules.trace_context END",
+                    ),
+                )
+                .value(
                     Column::CancelledAt,
                     Expr::cust(format!(
                         "CASE WHEN excluded.state = 'Cancelled' AND NOT {REFUSED_CANCEL} \

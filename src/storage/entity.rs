@@ -25,6 +25,8 @@ pub struct Model {
     pub claim_until: Option<String>,
     /// The timer's `data`: the JSON text its ScheduleTimer carried, NULL for none.
     pub data: Option<String>,
+    /// Its ScheduleTimer's W3C trace context (`TraceContext::encode`), NULL for none.
+    pub trace_context: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

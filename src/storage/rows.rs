@@ -9,7 +9,7 @@ use sea_orm::QueryResult;
 use super::StoreError;
 use super::entity;
 use crate::domain::timestamp::{format_utc, parse_stored};
-use crate::domain::{Action, Command, DueTimer, Timer, TimerData};
+use crate::domain::{Action, Command, DueTimer, Timer, TimerData, TraceContext};
 
 pub(super) fn to_active_model(command: &Command) -> entity::ActiveModel {
     let row = command.new_row();
@@ -30,6 +30,10 @@ pub(super) fn to_active_model(command: &Command) -> entity::ActiveModel {
         claimed_by: Set(None),
         claim_until: Set(None),
         data: Set(row.data.map(|data| data.as_str().to_owned())),
+        trace_context: Set(match command.action {
+            Action::Schedule { .. } => command.trace.as_ref().map(TraceContext::encode),
+            Action::Cancel => None,
+        }),
     }
 }
 
@@ -105,6 +109,10 @@ pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreErro
     })?;
     Ok(DueTimer {
         data: data_of(&model.tenant_id, &model.service_call_id, model.data)?,
+        trace: model
+            .trace_context
+            .as_deref()
+            .and_then(TraceContext::decode),
         tenant_id: model.tenant_id,
         service_call_id: model.service_call_id,
         correlation_id: model.correlation_id,
@@ -113,7 +121,7 @@ pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreErro
 }
 
 /// A claimed row as a claim statement returns it (`RETURNING tenant_id, service_call_id,
-/// correlation_id, due_at, data`).
+/// correlation_id, due_at, data, trace_context`).
 pub(super) fn due_timer(row: &QueryResult) -> Result<DueTimer, StoreError> {
     let tenant_id: String = row.try_get("", "tenant_id")?;
     due_timer_of(tenant_id, row)
@@ -123,8 +131,10 @@ pub(super) fn due_timer(row: &QueryResult) -> Result<DueTimer, StoreError> {
 pub(super) fn due_timer_of(tenant_id: String, row: &QueryResult) -> Result<DueTimer, StoreError> {
     let due_at: String = row.try_get("", "due_at")?;
     let service_call_id: String = row.try_get("", "service_call_id")?;
+    let trace: Option<String> = row.try_get("", "trace_context")?;
     Ok(DueTimer {
         data: data_of(&tenant_id, &service_call_id, row.try_get("", "data")?)?,
+        trace: trace.as_deref().and_then(TraceContext::decode),
         tenant_id,
         service_call_id,
         correlation_id: row.try_get("", "correlation_id")?,

@@ -292,6 +292,8 @@ pub fn schedule_command(
 pub struct StoredEvent {
     pub subject: String,
     pub msg_id: Option<String>,
+    /// The `traceparent` and `tracestate` headers.
+    pub trace: (Option<String>, Option<String>),
     pub envelope: Value,
     /// When the broker stored it.
     pub stored_at: DateTime<Utc>,
@@ -500,6 +502,18 @@ impl TestClient {
                         .as_ref()
                         .and_then(|h| h.get("Nats-Msg-Id"))
                         .map(|v| v.to_string()),
+                    trace: (
+                        message
+                            .headers
+                            .as_ref()
+                            .and_then(|h| h.get("traceparent"))
+                            .map(|v| v.to_string()),
+                        message
+                            .headers
+                            .as_ref()
+                            .and_then(|h| h.get("tracestate"))
+                            .map(|v| v.to_string()),
+                    ),
                     envelope: serde_json::from_slice(&message.payload).expect("event is JSON"),
                     stored_at,
                 });
@@ -676,6 +690,7 @@ pub fn schedule_at(
         action: timer_service::domain::Action::Schedule { due_at, data: None },
         seq,
         received_at: due_at,
+        trace: None,
     }
 }
 
@@ -689,6 +704,7 @@ pub fn cancel_at(
     timer_service::domain::Command {
         action: timer_service::domain::Action::Cancel,
         received_at: at,
+        trace: None,
         ..schedule_at(tenant, id, seq, at)
     }
 }

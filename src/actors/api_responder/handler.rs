@@ -181,6 +181,7 @@ impl Handler {
             action: Action::Cancel,
             seq: order,
             received_at: now,
+            trace: None,
         };
         let (outcome, timer) = self.persistence.cancel(command).await.map_err(|e| {
             ApiError::internal(format!(

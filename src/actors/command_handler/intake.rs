@@ -70,7 +70,10 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
             arrival,
             generated_correlation_id,
         ) {
-            Ok(command) => accepted.push(Accepted { command, inbound }),
+            Ok(mut command) => {
+                command.trace = inbound.trace.clone();
+                accepted.push(Accepted { command, inbound });
+            }
             Err(rejection) => rejected.push((inbound, rejection, order)),
         }
     }

@@ -32,6 +32,7 @@ pub(super) async fn reject(
                 subject: args.subjects.rejected(&rejection.tenant_id),
                 message_id: rejection_message_id(*order),
                 payload: payload.into(),
+                trace: command.trace.clone(),
             }),
             Err(e) => tracing::error!(actor = "command_handler", error = %e,
                 "cannot encode a rejection event"),

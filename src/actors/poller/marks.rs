@@ -136,6 +136,7 @@ mod tests {
                 correlation_id: String::new(),
                 due_at: DateTime::UNIX_EPOCH,
                 data: None,
+                trace: None,
             })
             .collect();
         Fired {

@@ -256,6 +256,7 @@ async fn publish(
                     subject: subjects.due(&timer.tenant_id),
                     message_id: due_message_id(&timer),
                     payload: payload.into(),
+                    trace: timer.trace.clone(),
                 });
                 timers.push(timer);
             }

@@ -145,6 +145,7 @@ mod tests {
             },
             seq,
             received_at: DateTime::UNIX_EPOCH,
+            trace: None,
         }
     }
 

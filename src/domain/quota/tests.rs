@@ -16,6 +16,7 @@ fn schedule(tenant: &str, id: &str, seq: u64) -> Command {
         },
         seq,
         received_at: DateTime::UNIX_EPOCH,
+        trace: None,
     }
 }
 
