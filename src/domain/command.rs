@@ -3,11 +3,13 @@
 //! reason a person can act on; nothing here panics on input.
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::envelope::MessageEnvelope;
+use super::schema_types;
 use super::subjects::{CommandKind, Subjects, UNKNOWN_TENANT};
 use super::tenant::check_tenant_id;
 use super::timer::{Action, Command};
@@ -16,10 +18,10 @@ use super::timestamp::parse_due_at;
 /// The envelope `type` of each command.
 pub const SCHEDULE_TIMER: &str = "ScheduleTimer";
 pub const CANCEL_TIMER: &str = "CancelTimer";
-const MAX_SERVICE_CALL_ID_CHARS: usize = 128;
+pub const MAX_SERVICE_CALL_ID_CHARS: usize = 128;
 /// Within what both backends store and index: PostgreSQL refuses NUL in text, and its btree
 /// refuses keys of more than about 2.7 kB, either of which would block a whole batch.
-const MAX_CORRELATION_ID_CHARS: usize = 256;
+pub const MAX_CORRELATION_ID_CHARS: usize = 256;
 
 impl CommandKind {
     /// The envelope `type` a command on this subject must carry.
@@ -32,21 +34,27 @@ impl CommandKind {
 }
 
 /// `ScheduleTimer` payload as it appears on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleTimerPayload {
+    #[schemars(with = "schema_types::TenantId")]
     pub tenant_id: String,
+    #[schemars(with = "schema_types::ServiceCallId")]
     pub service_call_id: String,
+    #[schemars(with = "schema_types::ClientInstant")]
     pub due_at: String,
     #[serde(default)]
+    #[schemars(with = "Option<schema_types::CorrelationId>")]
     pub correlation_id: Option<String>,
 }
 
 /// `CancelTimer` payload as it appears on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CancelTimerPayload {
+    #[schemars(with = "schema_types::TenantId")]
     pub tenant_id: String,
+    #[schemars(with = "schema_types::ServiceCallId")]
     pub service_call_id: String,
 }
 
