@@ -1,6 +1,6 @@
 //! The wire contract as JSON Schema (2020-12), generated from the message types: one file per
-//! message under `schema/` in the repository, each with its `$id`, named by the API endpoints'
-//! metadata.
+//! message under `schema/` in the repository, each with its `$id`, and named by the AsyncAPI
+//! document `schema/asyncapi.yaml` and by the API endpoints' metadata.
 //!
 //! `timer-service schema --out schema/` writes them. They are checked in so that clients can take
 //! them without building anything; a test fails when they differ from what the types give.

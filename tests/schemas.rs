@@ -1,7 +1,8 @@
 //! The machine-readable contract against the running service: the events it publishes and the
 //! API's replies, taken off a real nats-server, are valid under the JSON Schemas checked in
 //! under `schema/`, and the API's endpoints name those schemas in `$SRV.INFO`.
-//! (That the files are what the types give is a unit test of `timer_service::schemas`.)
+//! (That the files are what the types give is a unit test of `timer_service::schemas`; that
+//! `schema/asyncapi.yaml` is valid AsyncAPI is `scripts/check-asyncapi.sh`.)
 
 mod common;
 

@@ -358,3 +358,24 @@ fn the_rejection_schema_holds_a_cut_quote_and_an_unknown_tenant() {
         );
     }
 }
+
+/// The AsyncAPI document beside the schemas refers to each of them and carries the service's
+/// version (that it is valid AsyncAPI is scripts/check-asyncapi.sh's part).
+#[test]
+fn the_asyncapi_document_names_every_schema_and_the_version() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/asyncapi.yaml");
+    let text = std::fs::read_to_string(&path).expect("schema/asyncapi.yaml");
+    for file in all() {
+        let reference = format!("$ref: './{}'", file.file_name());
+        assert!(
+            text.contains(&reference),
+            "asyncapi.yaml has no {reference}"
+        );
+    }
+    let version = format!("\n  version: {}\n", env!("CARGO_PKG_VERSION"));
+    assert!(
+        text.contains(&version),
+        "asyncapi.yaml's info.version is not the package's {}",
+        env!("CARGO_PKG_VERSION")
+    );
+}
