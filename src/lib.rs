@@ -12,8 +12,9 @@
 //!   (tenant id rules), `timer` (rows, the rules table as a reference model), `order` (command
 //!   order across stream incarnations), `quota` (per-tenant limits and the decision for one
 //!   command), `events` (the envelopes published), `data` (a timer's JSON data, kept as the
-//!   text the client wrote), `api` (API requests and replies),
-//!   `subjects`, `envelope`, `timestamp`.
+//!   text the client wrote), `trace` (a command's W3C trace context), `api` (API requests and
+//!   replies), `subjects`, `envelope`, `timestamp`, `schema_types` (field rules named in the
+//!   JSON Schemas).
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
 //!   [`ports::Clock`], the API's server and publisher (test doubles: `tests/common/doubles.rs`).
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker: `connection`,
@@ -38,6 +39,8 @@
 //! - [`backoff`]: the retry delays. [`health`]: what the daemon knows of its own health.
 //!   [`turns`]: a queue whose keys (tenants) take turns.
 //! - [`telemetry`]: metric names, the Prometheus recorder, and log formats.
+//! - [`schemas`]: the JSON Schemas of every message and API request and reply, generated from
+//!   the domain's types (`timer-service schema` writes them to `schema/`).
 //! - [`client`]: a client of the public contract; [`cli`]: the `timer-service timers` commands.
 //! - [`daemon`]: wiring it all together, and the quota reload on SIGHUP; [`run`] is what
 //!   `main` calls.
@@ -52,6 +55,7 @@ pub mod domain;
 pub mod health;
 pub mod nats;
 pub mod ports;
+pub mod schemas;
 pub mod storage;
 pub mod telemetry;
 pub mod turns;

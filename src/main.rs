@@ -43,6 +43,12 @@ enum Command {
         #[arg(long)]
         to: PathBuf,
     },
+    /// Write the JSON Schemas of every message and API request and reply, then exit.
+    Schema {
+        /// Directory to write them in (created if missing); the repository keeps them in schema/.
+        #[arg(long, default_value = "schema")]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -59,6 +65,18 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(Command::Schema { out }) = &cli.command {
+        return match timer_service::schemas::write(out) {
+            Ok(files) => {
+                println!("wrote {} schemas to {}", files.len(), out.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: cannot write the schemas to {}: {e}", out.display());
                 ExitCode::FAILURE
             }
         };
@@ -103,7 +121,7 @@ fn main() -> ExitCode {
                     .map(|()| tracing::info!(database = %database.describe(), "database schema is up to date"))
                     .map_err(anyhow::Error::from)
             }
-            Command::Timers(_) | Command::Backup { .. } => Ok(()),
+            Command::Timers(_) | Command::Backup { .. } | Command::Schema { .. } => Ok(()),
         }
         .map_err(|e| {
             tracing::error!(error = %e, "timer-service failed");

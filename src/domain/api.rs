@@ -4,11 +4,13 @@
 use std::fmt;
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::command::check_service_call_id;
 use super::data::TimerData;
 use super::forecast::{ForecastMinute, MAX_FORECAST_MINUTES};
+use super::schema_types;
 use super::timer::{CancelOutcome, Timer, TimerState};
 use super::timestamp::{format_utc, parse_due_at, parse_stored};
 
@@ -88,15 +90,26 @@ impl ApiError {
 
     /// The JSON body of an error reply: `{ "error": "…" }`, with `"retryAfterMs"` on a 503.
     pub fn body(&self) -> Vec<u8> {
-        let body = match self.retry_after {
-            Some(after) => serde_json::json!({
-                "error": self.message,
-                "retryAfterMs": u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
-            }),
-            None => serde_json::json!({ "error": self.message }),
+        let body = ErrorReply {
+            error: &self.message,
+            retry_after_ms: self
+                .retry_after
+                .map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }
+}
+
+/// The body of an error reply; its code and reason are also in the headers
+/// `Nats-Service-Error-Code` and `Nats-Service-Error`.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorReply<'a> {
+    /// Why the request was refused or failed.
+    error: &'a str,
+    /// On a 503 only: how many milliseconds to wait before asking again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
 }
 
 impl fmt::Display for ApiError {
@@ -158,37 +171,56 @@ pub struct ListPage {
 }
 
 /// A tenant's pending timers at a glance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TenantStats {
+    /// The tenant's pending (`Scheduled`) timers.
     pub scheduled: u64,
     /// Pending timers whose `dueAt` passed more than a second ago: a stuck service shows here.
     pub overdue: u64,
+    /// The earliest `dueAt` of the pending timers; null when there is none.
     #[serde(serialize_with = "optional_time")]
+    #[schemars(with = "Option<schema_types::UtcInstant>")]
     pub next_due_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The request of `get` and of `cancel`: the key of the timer, in the tenant of the subject.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct KeyRequest {
+pub struct KeyRequest {
+    #[schemars(with = "schema_types::ServiceCallId")]
     service_call_id: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// The request of `list`: every field is optional, and an empty body counts as `{}`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ListRequest {
+pub struct ListRequest {
+    /// Only timers in this state.
+    #[schemars(with = "Option<TimerState>")]
     state: Option<String>,
+    /// Only the timers of this correlation id.
     correlation_id: Option<String>,
+    /// Only timers due at or after this instant.
+    #[schemars(with = "Option<schema_types::ClientInstant>")]
     due_from: Option<String>,
+    /// Only timers due before this instant.
+    #[schemars(with = "Option<schema_types::ClientInstant>")]
     due_to: Option<String>,
+    /// The most timers in the page (default 100).
+    #[schemars(range(min = 1, max = MAX_LIST_LIMIT))]
     limit: Option<i64>,
+    /// The `next` of the previous page: this page starts after it.
     after: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// The request of `stats`: `{}`, or a forecast of the minutes ahead too.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct StatsRequest {
-    /// Read as any JSON value, so that a wrong one gets a reason of its own.
+pub struct StatsRequest {
+    /// How many minutes the forecast covers, from the current one. Read as any JSON value, so
+    /// that a wrong one gets a reason of its own.
+    #[schemars(with = "Option<u32>", range(min = 1, max = MAX_FORECAST_MINUTES))]
     forecast_minutes: Option<serde_json::Value>,
 }
 
@@ -274,19 +306,29 @@ fn optional_time<S: serde::Serializer>(
 }
 
 /// A timer as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TimerView {
+    #[schemars(with = "schema_types::TenantId")]
     pub tenant_id: String,
+    #[schemars(with = "schema_types::ServiceCallId")]
     pub service_call_id: String,
+    #[schemars(with = "schema_types::CorrelationId")]
     pub correlation_id: String,
+    /// Null only for a tombstone: a key cancelled before any ScheduleTimer.
+    #[schemars(with = "Option<schema_types::UtcInstant>")]
     pub due_at: Option<String>,
+    #[schemars(with = "schema_types::UtcInstant")]
     pub registered_at: String,
+    #[schemars(with = "Option<schema_types::UtcInstant>")]
     pub reached_at: Option<String>,
+    #[schemars(with = "Option<schema_types::UtcInstant>")]
     pub cancelled_at: Option<String>,
+    #[schemars(with = "TimerState")]
     pub state: String,
     /// The timer's `data`; absent when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<schema_types::Data>")]
     pub data: Option<TimerData>,
 }
 
@@ -306,14 +348,27 @@ impl From<&Timer> for TimerView {
     }
 }
 
-#[derive(Serialize)]
-struct GetReply {
+/// The reply to `get`.
+#[derive(Serialize, JsonSchema)]
+pub struct GetReply {
     timer: TimerView,
 }
 
-#[derive(Serialize)]
-struct CancelReply {
+/// The reply to `list`: one page of timers in `(dueAt, serviceCallId)` order.
+#[derive(Serialize, JsonSchema)]
+pub struct ListReply {
+    timers: Vec<TimerView>,
+    /// Present when more timers follow: send it back as `after` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+/// The reply to `cancel`, once the cancel is applied and committed.
+#[derive(Serialize, JsonSchema)]
+pub struct CancelReply {
+    #[schemars(with = "CancelOutcome")]
     outcome: &'static str,
+    /// The timer as the cancel left it; absent for `not_found`.
     #[serde(skip_serializing_if = "Option::is_none")]
     timer: Option<TimerView>,
 }
@@ -370,10 +425,12 @@ pub fn cancel_reply(outcome: CancelOutcome, timer: Option<&Timer>) -> Result<Vec
     })
 }
 
-#[derive(Serialize)]
-struct StatsReply<'a> {
+/// The reply to `stats`.
+#[derive(Serialize, JsonSchema)]
+pub struct StatsReply<'a> {
     #[serde(flatten)]
     stats: &'a TenantStats,
+    /// Present when the request asked for a forecast: one entry per minute, in order.
     #[serde(skip_serializing_if = "Option::is_none")]
     forecast: Option<&'a [ForecastMinute]>,
 }

@@ -3,12 +3,14 @@
 //! reason a person can act on; nothing here panics on input.
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::data::TimerData;
 use super::envelope::MessageEnvelope;
+use super::schema_types;
 use super::subjects::{CommandKind, Subjects, UNKNOWN_TENANT};
 use super::tenant::check_tenant_id;
 use super::timer::{Action, Command};
@@ -17,10 +19,10 @@ use super::timestamp::parse_due_at;
 /// The envelope `type` of each command.
 pub const SCHEDULE_TIMER: &str = "ScheduleTimer";
 pub const CANCEL_TIMER: &str = "CancelTimer";
-const MAX_SERVICE_CALL_ID_CHARS: usize = 128;
+pub const MAX_SERVICE_CALL_ID_CHARS: usize = 128;
 /// Within what both backends store and index: PostgreSQL refuses NUL in text, and its btree
 /// refuses keys of more than about 2.7 kB, either of which would block a whole batch.
-const MAX_CORRELATION_ID_CHARS: usize = 256;
+pub const MAX_CORRELATION_ID_CHARS: usize = 256;
 
 impl CommandKind {
     /// The envelope `type` a command on this subject must carry.
@@ -33,24 +35,31 @@ impl CommandKind {
 }
 
 /// `ScheduleTimer` payload as it appears on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleTimerPayload {
+    #[schemars(with = "schema_types::TenantId")]
     pub tenant_id: String,
+    #[schemars(with = "schema_types::ServiceCallId")]
     pub service_call_id: String,
+    #[schemars(with = "schema_types::ClientInstant")]
     pub due_at: String,
     #[serde(default)]
+    #[schemars(with = "Option<schema_types::CorrelationId>")]
     pub correlation_id: Option<String>,
     /// Any JSON value, stored with the timer and echoed in its DueTimeReached; `null` is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<schema_types::Data>")]
     pub data: Option<TimerData>,
 }
 
 /// `CancelTimer` payload as it appears on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CancelTimerPayload {
+    #[schemars(with = "schema_types::TenantId")]
     pub tenant_id: String,
+    #[schemars(with = "schema_types::ServiceCallId")]
     pub service_call_id: String,
 }
 

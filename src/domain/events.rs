@@ -2,11 +2,13 @@
 //! operators (docs/CONTRACT.md §3).
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::data::TimerData;
 use super::envelope::MessageEnvelope;
+use super::schema_types;
 use super::timer::DueTimer;
 use super::timestamp::format_utc;
 
@@ -21,27 +23,39 @@ pub const MAX_ORIGINAL_BYTES: usize = 4096;
 
 const MSG_ID_NAMESPACE: Uuid = Uuid::from_u128(0x5d1f_1b0e_7c2a_4f3e_9a41_2c6b_8e0d_4a17);
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The payload of DueTimeReached: the timer that fired, its dueAt, and when it fired (never
+/// before dueAt).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DueTimeReached {
+    #[schemars(with = "schema_types::TenantId")]
     pub tenant_id: String,
+    #[schemars(with = "schema_types::ServiceCallId")]
     pub service_call_id: String,
+    #[schemars(with = "schema_types::UtcInstant")]
     pub due_at: String,
+    #[schemars(with = "schema_types::UtcInstant")]
     pub reached_at: String,
     /// The timer's `data`, as its ScheduleTimer carried it; absent when it had none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<schema_types::Data>")]
     pub data: Option<TimerData>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The payload of TimerCommandRejected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TimerCommandRejected {
+    /// Why the command was refused.
     pub reason: String,
+    /// The subject the command came on.
     pub subject: String,
-    /// The command as UTF-8 (lossy), at most [`MAX_ORIGINAL_BYTES`] of it.
+    /// The command as UTF-8 (lossy): at most its first 4,096 bytes, cut at a character boundary.
+    #[schemars(length(max = MAX_ORIGINAL_BYTES))]
     pub original: String,
     /// Present, and true, when `original` holds only the start of the command.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("const" = true))]
     pub truncated: bool,
 }
 

@@ -7,8 +7,10 @@
 //! forecast too it would be counted twice, and in a minute that is not ahead.
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use schemars::JsonSchema;
 use serde::Serialize;
 
+use super::schema_types;
 use super::timestamp::{ceil_to_millis, format_utc};
 
 /// Longest forecast: a day of minutes.
@@ -23,10 +25,11 @@ pub struct ForecastWindow {
 }
 
 /// One minute of a forecast: timers due within it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ForecastMinute {
     /// The minute's first instant.
     #[serde(serialize_with = "instant")]
+    #[schemars(with = "schema_types::UtcInstant")]
     pub minute: DateTime<Utc>,
     pub due: u64,
 }

@@ -8,6 +8,7 @@ pub mod events;
 pub mod forecast;
 pub mod order;
 pub mod quota;
+pub mod schema_types;
 pub mod subjects;
 pub mod tenant;
 pub mod timer;

@@ -1,7 +1,7 @@
 //! Tenant ids: what the contract accepts as a `tenantId`, wherever one is read (a command's
 //! subject and payload, an API subject, the configuration).
 
-const MAX_TENANT_ID_CHARS: usize = 64;
+pub const MAX_TENANT_ID_CHARS: usize = 64;
 
 /// Checks a tenant id: 1–64 characters of `[A-Za-z0-9_-]`.
 pub fn check_tenant_id(tenant_id: &str) -> Result<(), String> {

@@ -10,13 +10,14 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
 
 use super::data::TimerData;
 use super::trace::TraceContext;
 
 /// Lifecycle of a timer. `Reached` is final: a fired timer never fires again and cannot be
 /// cancelled. `Cancelled` is not: a newer `ScheduleTimer` schedules it again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
 pub enum TimerState {
     Scheduled,
     Reached,
@@ -238,7 +239,8 @@ pub fn apply_command(
 }
 
 /// How a cancel went, as the query API reports it (docs/CONTRACT.md §6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema)]
+#[schemars(rename_all = "snake_case")]
 pub enum CancelOutcome {
     Cancelled,
     AlreadyCancelled,

@@ -1,6 +1,7 @@
 //! The query and cancel API as a NATS micro service (`async_nats::service`, docs/CONTRACT.md §6):
 //! name `timer-service`, one endpoint per verb on `<api prefix>.<verb>.*`, discoverable with
 //! `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS`. Daemons sharing a NATS answer in one queue group.
+//! Each endpoint's metadata names the JSON Schemas of its request and replies (`schemas`).
 //!
 //! A reply goes only to an inbox (a subject under the configured inbox prefix): the service may
 //! publish where its tenants may not (event and command subjects), so a request naming any other
@@ -77,6 +78,7 @@ impl ApiServer for NatsApiServer {
             let endpoint = service
                 .endpoint_builder()
                 .name(verb.as_str())
+                .metadata(crate::schemas::endpoint_metadata(verb))
                 .add(self.subjects.api(verb.as_str(), "*"))
                 .await
                 .map_err(error)?;
