@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{median, show};
+use super::{cpu, median, show};
 use crate::{Args, DEFAULT_BATCH, Figures};
 
 pub(super) fn data(r: &mut String, args: &Args, f: &Figures) {
@@ -63,5 +63,17 @@ pub(super) fn data(r: &mut String, args: &Args, f: &Figures) {
             ratio("ingest"),
             ratio("fire")
         );
+    }
+    let _ = writeln!(r, "\nCPU (cores of the machine's 2):\n");
+    for (tag, label) in &stores {
+        for what in ["ingest", "fire"] {
+            for which in ["none", "data"] {
+                let _ = writeln!(
+                    r,
+                    "- {label}, {what}, {which}: {}",
+                    cpu(f, &format!("data.{what}.{tag}.{which}"))
+                );
+            }
+        }
     }
 }
