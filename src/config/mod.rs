@@ -16,7 +16,6 @@ use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::Subjects;
-use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::nats::BrokerNames;
 
 mod api;
@@ -24,6 +23,8 @@ mod changes;
 pub mod duration;
 mod env;
 mod metrics;
+mod name;
+mod nats;
 mod postgres;
 mod quotas;
 pub mod redact;
@@ -34,11 +35,13 @@ mod validate;
 pub use api::{ApiSettings, MAX_READ_CONNECTIONS};
 use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
 pub use metrics::{MAX_LABELLED_TENANTS, MetricsSettings};
+use name::generated_name;
+pub use name::{DaemonName, host_name};
+pub use nats::NatsSettings;
 pub use postgres::PostgresSettings;
 pub use quotas::{QuotaSettings, TenantQuotaSettings, parse_tenants};
 pub use redact::{Secret, redact_url};
 pub use sqlite::{SqliteSettings, Synchronous};
-use validate::check_name;
 
 /// Prefix of every environment variable the service reads.
 pub const ENV_PREFIX: &str = "TIMER_";
@@ -124,45 +127,6 @@ pub struct Config {
     pub quotas: QuotaSettings,
     pub metrics: MetricsSettings,
     pub api: ApiSettings,
-}
-
-/// `[nats]`: names of the broker objects and subjects, stream settings, authentication.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NatsSettings {
-    pub command_stream: String,
-    pub consumer: String,
-    pub event_stream: String,
-    pub command_subject_prefix: String,
-    pub event_subject_prefix: String,
-    pub api_subject_prefix: String,
-    /// API replies go only to subjects under this prefix (clients' inboxes), so a request cannot
-    /// make the service publish on a subject its sender may not publish on.
-    pub inbox_prefix: String,
-    /// Each tenant's clients use inboxes of their own, `<inbox_prefix>.<tenantId>.…` (as the
-    /// per-tenant permissions of docs/operations.md have it): replies then go only under the
-    /// requesting tenant's, never into another tenant's.
-    pub inbox_per_tenant: bool,
-    /// `max_age` of the event stream when the service creates it; zero keeps events forever.
-    #[serde(with = "duration")]
-    pub event_max_age: Duration,
-    /// Replicas of the streams the service creates (3 on a NATS cluster).
-    pub replicas: usize,
-    /// Lines the command stream is split into by tenant, read in turns, so that one tenant's
-    /// backlog of commands does not stand in front of the others' (1: one line, as before).
-    pub command_partitions: u16,
-    /// A `.creds` file (JWT and nkey seed), for a server with decentralised auth.
-    pub credentials: Option<PathBuf>,
-    /// A file holding an nkey seed (`SU…`).
-    pub nkey_seed: Option<PathBuf>,
-    pub user: Option<String>,
-    pub password: Option<Secret>,
-    pub token: Option<Secret>,
-    /// CA certificate(s) to trust the server's certificate with (PEM); implies TLS.
-    pub tls_ca: Option<PathBuf>,
-    /// Client certificate and key (PEM) for mutual TLS.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
 }
 
 /// How the Supervisor restarts failed children.
@@ -296,33 +260,6 @@ impl Config {
     }
 }
 
-impl Default for NatsSettings {
-    fn default() -> Self {
-        let names = BrokerNames::default();
-        Self {
-            command_stream: names.command_stream,
-            consumer: names.consumer,
-            event_stream: names.event_stream,
-            command_subject_prefix: DEFAULT_COMMAND_PREFIX.into(),
-            event_subject_prefix: DEFAULT_EVENT_PREFIX.into(),
-            api_subject_prefix: DEFAULT_API_PREFIX.into(),
-            inbox_prefix: crate::domain::subjects::DEFAULT_INBOX_PREFIX.into(),
-            inbox_per_tenant: false,
-            event_max_age: Duration::from_secs(7 * 24 * 3600),
-            replicas: 1,
-            command_partitions: 16,
-            credentials: None,
-            nkey_seed: None,
-            user: None,
-            password: None,
-            token: None,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-        }
-    }
-}
-
 impl Default for SupervisorSettings {
     fn default() -> Self {
         Self {
@@ -356,15 +293,6 @@ impl Default for RetentionSettings {
             keep_finished: Duration::from_secs(7 * 24 * 3600),
         }
     }
-}
-
-/// The machine's host name, the default daemon name; `timer-service` when it cannot be read.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|name| name.trim().to_owned())
-        .filter(|name| check_name(name).is_ok())
-        .unwrap_or_else(|| "timer-service".into())
 }
 
 impl Config {
@@ -463,41 +391,6 @@ impl Config {
     pub fn http_listen(&self) -> Option<SocketAddr> {
         self.http.listen.trim().parse().ok()
     }
-}
-
-/// Where the daemon's name comes from (see [`Config::daemon_name`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DaemonName {
-    Configured(String),
-    HostName(String),
-    Generated(String),
-}
-
-impl DaemonName {
-    pub fn as_str(&self) -> &str {
-        match self {
-            DaemonName::Configured(name)
-            | DaemonName::HostName(name)
-            | DaemonName::Generated(name) => name,
-        }
-    }
-
-    /// For the start-up log: where the name comes from.
-    pub fn origin(&self) -> &'static str {
-        match self {
-            DaemonName::Configured(_) => "configured",
-            DaemonName::HostName(_) => "host name",
-            DaemonName::Generated(_) => "host name and a random suffix",
-        }
-    }
-}
-
-/// `host` and six random hex digits, within the 64 characters a name may have.
-fn generated_name(host: &str) -> String {
-    let random = uuid::Uuid::now_v7().simple().to_string();
-    let suffix = &random[random.len() - 6..];
-    let host: String = host.chars().take(64 - 1 - suffix.len()).collect();
-    format!("{host}-{suffix}")
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The API's requests and replies, unit by unit.
 
 use super::*;
+use crate::domain::data::TimerData;
+use crate::domain::forecast::ForecastMinute;
 
 #[test]
 fn a_cursor_round_trips_and_a_bad_one_is_refused() {
