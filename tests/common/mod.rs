@@ -578,12 +578,25 @@ impl TestClient {
     /// command stream is a work queue, so every message still in it, whichever consumer (line)
     /// reads it.
     pub async fn commands_outstanding(&self) -> u64 {
-        let mut stream = self
-            .js
-            .get_stream("TIMER_COMMANDS")
-            .await
-            .expect("command stream");
-        stream.info().await.expect("stream info").state.messages
+        // A broker busy with a backlog may let one request time out: asked again, for 10 s.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = match self.js.get_stream("TIMER_COMMANDS").await {
+                Ok(mut stream) => stream
+                    .info()
+                    .await
+                    .map(|info| info.state.messages)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match answer {
+                Ok(messages) => return messages,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    panic!("command stream: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
     }
 
     /// Deliveries the consumers of the command stream have made so far (the first one and each
