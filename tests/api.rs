@@ -21,23 +21,10 @@ async fn ok(client: &TestClient, subject: &str, body: Value) -> Value {
     }
 }
 
-/// Waits until the API answers (the responder has started).
-async fn api_ready(client: &TestClient) {
-    eventually(Duration::from_secs(15), "the API to answer", || async {
-        client
-            .client
-            .request("timer.api.stats.acme", "{}".into())
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_is_scoped_by_the_tenant_of_its_subject() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let later = Utc::now() + chrono::Duration::hours(1);
     client
         .schedule("acme", "same", later, Some("trace-a"))
@@ -118,7 +105,7 @@ async fn every_request_is_scoped_by_the_tenant_of_its_subject() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_pages_with_a_cursor_and_filters_by_correlation_id() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let base = Utc::now() + chrono::Duration::hours(1);
     for i in 0..25 {
         let trace = if i % 5 == 0 { "five" } else { "other" };
@@ -173,7 +160,7 @@ async fn list_pages_with_a_cursor_and_filters_by_correlation_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_answer_400_with_a_reason_and_never_stop_the_responder() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let before = daemon.actor_id(ApiResponder::NAME);
     let raw = |subject: &str, bytes: &'static [u8]| {
         let subject = subject.to_owned();
@@ -264,7 +251,7 @@ async fn bad_requests_answer_400_with_a_reason_and_never_stop_the_responder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_forecasts_pending_timers_by_minute() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     // The timer of the current minute (due at its very end) must still be ahead when the
     // request is answered: with less than 15 s of the minute left, wait for the next to begin.
     let minute_of = |t: chrono::DateTime<Utc>| t.duration_trunc(TimeDelta::minutes(1)).unwrap();
@@ -352,7 +339,7 @@ async fn stats_forecasts_pending_timers_by_minute() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_through_the_api_answers_each_outcome_once_applied() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let cancel = |id: &'static str| {
         let client = &client;
         async move {
@@ -439,7 +426,7 @@ async fn cancel_through_the_api_answers_each_outcome_once_applied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_right_after_its_schedule_cancels_the_timer() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let due = Utc::now() + chrono::Duration::milliseconds(2500);
     for i in 0..5 {
         // A backlog in front, so the ScheduleTimer is still waiting when the cancel comes.
@@ -539,7 +526,7 @@ async fn cancel_timer_commands_follow_the_rules_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_racing_the_firing_is_decided_by_the_row() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let mut published = client.client.subscribe("timer.evt.due.race").await.unwrap();
     client.client.flush().await.unwrap();
     const TIMERS: usize = 300;
@@ -619,7 +606,7 @@ async fn a_cancel_racing_the_firing_is_decided_by_the_row() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_is_discoverable_as_a_micro_service() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let ping = ok(&client, "$SRV.PING.timer-service", json!({})).await;
     assert_eq!(ping["name"], "timer-service");
     assert_eq!(ping["version"], env!("CARGO_PKG_VERSION"));
@@ -685,7 +672,7 @@ async fn replies_go_only_to_inboxes() {
         common::DaemonProcess::start_with(&server, &scratch, &[("TIMER_HTTP_LISTEN", &addr)]);
     let client = TestClient::connect(&server).await;
     client.wait_for_command_stream().await;
-    api_ready(&client).await;
+    client.api_ready().await;
 
     let foreign = ["timer.evt.due.globex", "timer.cmd.cancel.globex", "foo.bar"];
     let mut watching = Vec::new();
@@ -904,7 +891,7 @@ impl Bytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_is_answered_whatever_its_body() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let before = daemon.actor_id(ApiResponder::NAME);
     let mut garbage = Bytes(0x5eed);
     let bodies: Vec<(&str, Vec<u8>)> = vec![
@@ -948,7 +935,7 @@ async fn every_request_is_answered_whatever_its_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_random_body_gets_exactly_one_reply() {
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let mut replies = client.client.subscribe("_INBOX.random.>").await.unwrap();
     client.client.flush().await.unwrap();
     let mut random = Bytes(0xdec0_de5e_ed01);

@@ -67,18 +67,6 @@ impl Schemas {
     }
 }
 
-async fn api_ready(client: &TestClient) {
-    eventually(Duration::from_secs(15), "the API to answer", || async {
-        client
-            .client
-            .request("timer.api.stats.acme", "{}".into())
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await
-}
-
 /// A reply that succeeded, checked against the reply schema of `verb`.
 async fn reply(schemas: &Schemas, client: &TestClient, verb: &str, body: Value) -> Value {
     let subject = format!("timer.api.{verb}.acme");
@@ -118,7 +106,7 @@ async fn error_reply(schemas: &Schemas, client: &TestClient, subject: &str, body
 async fn events_and_replies_are_valid_under_the_checked_in_schemas() {
     let schemas = Schemas::checked_in();
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
 
     // A DueTimeReached as the daemon publishes it, with a correlation id of the client's and
     // without one (the service makes one up).
@@ -225,7 +213,7 @@ async fn events_and_replies_are_valid_under_the_checked_in_schemas() {
 async fn each_endpoint_names_its_schemas_in_its_metadata() {
     let schemas = Schemas::checked_in();
     let (_server, _scratch, daemon, client) = common::started().await;
-    api_ready(&client).await;
+    client.api_ready().await;
     let (code, info) = client
         .api_request("$SRV.INFO.timer-service", json!({}))
         .await;

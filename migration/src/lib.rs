@@ -2,6 +2,40 @@
 
 pub use sea_orm_migration::prelude::*;
 
+/// A migration of plain statements run in one transaction: `SQLITE_UP` or `POSTGRES_UP` (the
+/// consts of the module that calls it) by the backend, and `DOWN` to undo them on either.
+macro_rules! statements_migration {
+    ($name:literal) => {
+        pub struct Migration;
+
+        impl MigrationName for Migration {
+            fn name(&self) -> &str {
+                $name
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl MigrationTrait for Migration {
+            fn use_transaction(&self) -> Option<bool> {
+                Some(true)
+            }
+
+            async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+                $crate::m20261122_000001_create_timer_schedules::run_all(
+                    manager,
+                    SQLITE_UP,
+                    POSTGRES_UP,
+                )
+                .await
+            }
+
+            async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+                $crate::m20261122_000001_create_timer_schedules::run_all(manager, DOWN, DOWN).await
+            }
+        }
+    };
+}
+
 mod m20261122_000001_create_timer_schedules;
 mod m20261122_000002_cancel_and_claims;
 mod m20261123_000003_command_streams;

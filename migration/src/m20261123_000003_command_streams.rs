@@ -6,16 +6,6 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::m20261122_000001_create_timer_schedules::run_all;
-
-pub struct Migration;
-
-impl MigrationName for Migration {
-    fn name(&self) -> &str {
-        "m20261123_000003_command_streams"
-    }
-}
-
 const SQLITE_UP: &[&str] = &["CREATE TABLE command_streams (
         stream_name TEXT    NOT NULL,
         created_ns  INTEGER NOT NULL,
@@ -34,17 +24,4 @@ const POSTGRES_UP: &[&str] = &[r#"CREATE TABLE command_streams (
 
 const DOWN: &[&str] = &["DROP TABLE command_streams"];
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    fn use_transaction(&self) -> Option<bool> {
-        Some(true)
-    }
-
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        run_all(manager, SQLITE_UP, POSTGRES_UP).await
-    }
-
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        run_all(manager, DOWN, DOWN).await
-    }
-}
+statements_migration!("m20261123_000003_command_streams");

@@ -6,16 +6,6 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::m20261122_000001_create_timer_schedules::run_all;
-
-pub struct Migration;
-
-impl MigrationName for Migration {
-    fn name(&self) -> &str {
-        "m20261125_000006_tenant_quotas"
-    }
-}
-
 const SQLITE_UP: &[&str] = &["CREATE TABLE tenant_quotas (
         tenant_id TEXT NOT NULL PRIMARY KEY,
         rate_window TEXT NOT NULL DEFAULT '',
@@ -32,17 +22,4 @@ const POSTGRES_UP: &[&str] = &[r#"CREATE TABLE tenant_quotas (
 
 const DOWN: &[&str] = &["DROP TABLE tenant_quotas"];
 
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    fn use_transaction(&self) -> Option<bool> {
-        Some(true)
-    }
-
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        run_all(manager, SQLITE_UP, POSTGRES_UP).await
-    }
-
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        run_all(manager, DOWN, DOWN).await
-    }
-}
+statements_migration!("m20261125_000006_tenant_quotas");

@@ -39,10 +39,10 @@ pub(super) async fn apply(
     if commands.is_empty() {
         return Ok(Applied::default());
     }
-    let limited = !limited_tenants(quotas, commands).is_empty();
+    let limited = limited_tenants(quotas, commands);
     store
         .durable(async {
-            if !limited {
+            if limited.is_empty() {
                 let rounds = rounds(commands.to_vec());
                 if store.backend.statement_is_transaction()
                     && rounds.len() == 1
@@ -58,7 +58,7 @@ pub(super) async fn apply(
                 }
             }
             let txn = store.db.begin().await?;
-            let refused = quotas::admit(&txn, quotas, commands, now_ms).await?;
+            let refused = quotas::admit(&txn, quotas, &limited, commands, now_ms).await?;
             let accepted: Vec<Command> = if refused.is_empty() {
                 commands.to_vec()
             } else {

@@ -17,21 +17,21 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelec
 use super::entity::{Column, Entity};
 use super::{ROWS_PER_STATEMENT, Store, StoreError};
 use crate::domain::quota::{
-    Exceeded, KeyState, Quotas, SlotWindow, TenantPending, TenantQuota, decide_batch,
-    limited_tenants, to_count,
+    Exceeded, KeyState, Quotas, SlotWindow, TenantPending, TenantQuota, decide_batch, to_count,
 };
 use crate::domain::{Command, TimerState};
 
 /// Decides `commands` against the quotas of their tenants as the database holds them, inside
 /// the transaction `db` that then stores the accepted ones: returns the refused ones by
-/// position. Nothing is read or locked when no tenant of the batch has a limit.
+/// position. `tenants` are the batch's limited tenants, in order (`limited_tenants`); nothing
+/// is read or locked when there are none.
 pub(super) async fn admit(
     db: &impl ConnectionTrait,
     quotas: &Quotas,
+    tenants: &[String],
     commands: &[Command],
     now_ms: i64,
 ) -> Result<Vec<(usize, Exceeded)>, StoreError> {
-    let tenants = limited_tenants(quotas, commands);
     if tenants.is_empty() {
         return Ok(Vec::new());
     }

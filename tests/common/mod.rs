@@ -559,6 +559,18 @@ impl TestClient {
 
     /// Schedules a sentinel timer due now and waits for it: every command published before it
     /// has then been handled, and everything due before it has fired.
+    /// Waits until the API answers (the responder has started).
+    pub async fn api_ready(&self) {
+        eventually(Duration::from_secs(15), "the API to answer", || async {
+            self.client
+                .request("timer.api.stats.acme", "{}".into())
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await
+    }
+
     pub async fn barrier(&self, tenant: &str) {
         let id = format!("sentinel-{}", uuid::Uuid::now_v7());
         self.schedule(tenant, &id, Utc::now(), None).await;

@@ -127,27 +127,11 @@ pub fn decide_batch(
 
 #[cfg(test)]
 mod tests {
-    use chrono::DateTime;
-
     use super::*;
+    use crate::domain::quota::tests::schedule;
     use crate::domain::quota::{Limits, Quota};
 
     const NOW: i64 = 1_700_000_000_000;
-
-    fn schedule(tenant: &str, id: &str, seq: u64) -> Command {
-        Command {
-            tenant_id: tenant.into(),
-            service_call_id: id.into(),
-            correlation_id: "c".into(),
-            action: Action::Schedule {
-                due_at: DateTime::UNIX_EPOCH,
-                data: None,
-            },
-            seq,
-            received_at: DateTime::UNIX_EPOCH,
-            trace: None,
-        }
-    }
 
     fn quotas(limits: Limits) -> Quotas {
         Quotas::new(

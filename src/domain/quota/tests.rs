@@ -5,7 +5,8 @@ use proptest::prelude::*;
 /// An instant on a slot boundary, in milliseconds of the wall clock.
 const START: i64 = 1_700_000_000_000;
 
-fn schedule(tenant: &str, id: &str, seq: u64) -> Command {
+/// A ScheduleTimer of `tenant` for key `id` (also the batch tests').
+pub(super) fn schedule(tenant: &str, id: &str, seq: u64) -> Command {
     Command {
         tenant_id: tenant.into(),
         service_call_id: id.into(),
