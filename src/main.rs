@@ -104,8 +104,18 @@ fn main() -> ExitCode {
             }
         };
     }
+    let command = cli.command.unwrap_or(Command::Run);
+    // The daemon's spans, exported when the standard OTLP variables ask for it (on threads of
+    // the exporter's own).
+    let exporter = match &command {
+        Command::Run => match spans_exporter(&config) {
+            Ok(exporter) => exporter,
+            Err(code) => return code,
+        },
+        _ => None,
+    };
     let result = runtime.block_on(async {
-        match cli.command.unwrap_or(Command::Run) {
+        match command {
             Command::Run => match timer_service::run(config, &cli.config, shutdown_signal()).await {
                 // Another live daemon holds the name: a setting to change, like a bad one.
                 Err(e @ DaemonError::NameHeld { .. }) => {
@@ -128,9 +138,36 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         })
     });
+    if let Some(exporter) = exporter {
+        exporter.shutdown();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(code) => code,
+    }
+}
+
+/// The OTLP exporter of the daemon's spans, when `OTEL_EXPORTER_OTLP_ENDPOINT` asks for one; a
+/// setting it cannot follow stops the start, as an invalid configuration does.
+fn spans_exporter(config: &Config) -> Result<Option<telemetry::spans::Exporter>, ExitCode> {
+    use timer_service::storage::db::DatabaseTarget;
+    let database = match DatabaseTarget::of(config) {
+        DatabaseTarget::Postgres { .. } => "postgresql",
+        DatabaseTarget::Sqlite { .. } => "sqlite",
+    };
+    // The process's instance id, which the daemon logs with its name once it has taken it: the
+    // name itself may be generated later, and several daemons on one host share the host name.
+    let instance = timer_service::storage::daemons::instance();
+    match telemetry::spans::install(instance, database) {
+        Ok(Some(exporter)) => {
+            tracing::info!(endpoint = exporter.endpoint(), "exporting spans over OTLP");
+            Ok(Some(exporter))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => {
+            tracing::error!(error = %e, "invalid tracing settings");
+            Err(ExitCode::from(2))
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! Metric names (docs/CONTRACT.md §7), the Prometheus recorder behind `/metrics`, and the log
-//! formats.
+//! Metric names (docs/CONTRACT.md §7), the Prometheus recorder behind `/metrics`, the log
+//! formats, and the daemon's own spans (`spans`).
 //!
 //! Metrics are recorded where the work happens, with the `metrics` macros (an atomic add each,
 //! no round trip): commands in the CommandHandler, firings in the Poller, restarts in the
@@ -15,6 +15,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::domain::RejectionKind;
 
+pub mod spans;
 mod tenant_labels;
 pub use tenant_labels::TenantLabels;
 

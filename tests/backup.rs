@@ -269,3 +269,52 @@ fn the_backup_refuses_to_overwrite_a_file_and_to_copy_postgresql() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A file that is not a timer database is refused and left as it was: its journal mode (kept in
+/// the file) unchanged, no copy begun beside the target.
+#[tokio::test]
+async fn a_file_that_is_not_a_timer_database_is_refused_and_left_as_it_was() {
+    use sea_orm::{ConnectionTrait, Database, Statement};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let other = dir.path().join("timers.db");
+    let url = format!("sqlite://{}?mode=rwc", other.display());
+    let journal_mode = || async {
+        let db = Database::connect(&url).await.expect("open");
+        let mode = db
+            .query_one_raw(Statement::from_string(
+                db.get_database_backend(),
+                "PRAGMA journal_mode",
+            ))
+            .await
+            .expect("journal mode")
+            .map(|row| row.try_get_by_index::<String>(0).expect("mode"))
+            .unwrap_or_default();
+        db.close().await.expect("close");
+        mode
+    };
+    let db = Database::connect(&url).await.expect("create");
+    db.execute_unprepared("PRAGMA journal_mode = DELETE; CREATE TABLE other (x INTEGER)")
+        .await
+        .expect("make");
+    db.close().await.expect("close");
+    assert_eq!(journal_mode().await, "delete");
+
+    let target = dir.path().join("copy.db");
+    let out = backup_command(dir.path(), &target, &[]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(said.contains("not a timer-service database"), "{said}");
+    assert!(!target.exists());
+    assert_eq!(
+        journal_mode().await,
+        "delete",
+        "the refused file was changed"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|name| name.to_string_lossy().contains("partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

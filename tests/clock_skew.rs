@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use common::quota_checks::{self, Flood};
 use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually};
 use futures::StreamExt;
 use timer_service::domain::timestamp::parse_stored;
@@ -30,17 +31,7 @@ const ON_TIME: chrono::Duration = chrono::Duration::milliseconds(1_000);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn daemons_with_wrong_clocks_fire_by_the_database_clock() {
-    if !common::database::postgres_run() {
-        eprintln!(
-            "skipped: PostgreSQL only (TEST_DATABASE=postgres); on SQLite the daemon's clock is the clock"
-        );
-        return;
-    }
-    let Some(faketime) = faketime_library() else {
-        common::lacking(
-            "clock skew",
-            "libfaketime not found (scripts/faketime-lib.sh, or set FAKETIME_LIB)",
-        );
+    let Some(faketime) = prerequisites() else {
         return;
     };
     let server = NatsServer::start();
@@ -113,6 +104,65 @@ async fn daemons_with_wrong_clocks_fire_by_the_database_clock() {
     }
 }
 
+/// The rate quota under wrong clocks (CONTRACT.md §9): the tenant's one-second window is kept in
+/// wall-clock slots by whichever daemon decides, so a daemon 3 s ahead writes slots the others'
+/// clocks have not reached. The window is kept by the database server's clock: whatever the
+/// daemons' clocks, no second of real time takes in more than the limit, and a tenant flooding
+/// at four times its limit still gets most of it. (By the daemons' clocks, the one ahead found
+/// the window empty and let in up to a second limit's worth: 302 to 357 accepted in 3.05 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemons_with_wrong_clocks_keep_a_tenants_rate() {
+    let Some(faketime) = prerequisites() else {
+        return;
+    };
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let limit = [("TIMER_QUOTAS_COMMANDS_PER_SECOND", "100")];
+    let daemons: Vec<DaemonProcess> = [("behind", "-3s"), ("ahead", "+3s"), ("right", "+0s")]
+        .into_iter()
+        .map(|(name, offset)| skewed_with(&server, &scratch, &faketime, name, offset, &limit))
+        .collect();
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    for daemon in &daemons {
+        eventually(Duration::from_secs(20), "every daemon running", || async {
+            std::fs::read_to_string(&daemon.log)
+                .ok()?
+                .contains("running")
+                .then_some(())
+        })
+        .await;
+    }
+    let later = Utc::now() + chrono::Duration::days(1);
+    let readings = quota_checks::sample_timers(&scratch, "acme", Duration::from_millis(3_500));
+    let flood = quota_checks::flood(&client, &scratch, "acme", "r", later).await;
+    let Flood {
+        sent,
+        fed,
+        accepted,
+        refused,
+        ..
+    } = flood;
+    assert_eq!(
+        accepted + refused,
+        sent as f64,
+        "every command decided once"
+    );
+    // No second of real time took in more than the limit.
+    let most = quota_checks::most_within_a_second(&readings.await.unwrap());
+    assert!(
+        most <= 100,
+        "{most} accepted within less than a second of real time, past the limit of 100"
+    );
+    assert!(
+        accepted >= 100.0 * (fed - 1.0) / 2.0,
+        "{accepted} accepted in a {fed:.2} s feed at 4 times the limit: the clocks starved it"
+    );
+    for daemon in daemons {
+        daemon.kill9();
+    }
+}
+
 /// Schedules [`TIMERS`] timers named after the phase, due over [`SPREAD`] from a second from
 /// now.
 async fn schedule_phase(client: &TestClient, phase: &str) {
@@ -141,18 +191,45 @@ fn skewed(
     name: &str,
     offset: &str,
 ) -> DaemonProcess {
-    DaemonProcess::start_with(
-        server,
-        scratch,
-        &[
-            ("TIMER_NAME", name),
-            ("LD_PRELOAD", library),
-            ("FAKETIME", offset),
-            // Only the wall clock moves; the name of this setting changed across versions.
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-            ("DONT_FAKE_MONOTONIC", "1"),
-        ],
-    )
+    skewed_with(server, scratch, library, name, offset, &[])
+}
+
+/// [`skewed`], with more settings.
+fn skewed_with(
+    server: &NatsServer,
+    scratch: &Scratch,
+    library: &str,
+    name: &str,
+    offset: &str,
+    settings: &[(&str, &str)],
+) -> DaemonProcess {
+    let mut env = vec![
+        ("TIMER_NAME", name),
+        ("LD_PRELOAD", library),
+        ("FAKETIME", offset),
+        // Only the wall clock moves; the name of this setting changed across versions.
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ("DONT_FAKE_MONOTONIC", "1"),
+    ];
+    env.extend_from_slice(settings);
+    DaemonProcess::start_with(server, scratch, &env)
+}
+
+/// libfaketime, on a PostgreSQL run (on SQLite one daemon owns its file, and its clock is the
+/// clock); `None` with a notice otherwise (a failure under `CI=true` when the library lacks).
+fn prerequisites() -> Option<String> {
+    if !common::database::postgres_run() {
+        eprintln!("skipped: PostgreSQL only (TEST_DATABASE=postgres): several daemons");
+        return None;
+    }
+    let library = faketime_library();
+    if library.is_none() {
+        common::lacking(
+            "clock skew",
+            "libfaketime not found (scripts/faketime-lib.sh, or set FAKETIME_LIB)",
+        );
+    }
+    library
 }
 
 /// The library named by `FAKETIME_LIB`, or where Debian installs it.

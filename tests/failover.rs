@@ -363,8 +363,9 @@ async fn concurrent_daemons_apply_every_key_in_stream_order() {
 /// uncommitted claim, and rows its `SKIP LOCKED` scan locked and rechecked away, which another
 /// daemon had claimed), and no lease frees a lock. The others must still fire and mark every
 /// timer while it stays frozen: the server ends a session left idle in a transaction past
-/// `statement_timeout`. Bursts are sent until the freeze lands inside one of its transactions
-/// (its sessions told apart by their client ports). The bench's failover figure met the case
+/// `statement_timeout`. Bursts are sent, and a daemon frozen the moment one of its sessions is
+/// seen running a statement, until a freeze lands inside one of its transactions (its sessions
+/// told apart by their client ports). The bench's failover figure met the case
 /// where the held locks stopped the others' marks for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_frozen_inside_a_transaction_does_not_hold_the_others_back() {
@@ -391,49 +392,34 @@ async fn a_daemon_frozen_inside_a_transaction_does_not_hold_the_others_back() {
     let db = timer_service::storage::db::connect(&scratch.database(), 1)
         .await
         .unwrap();
-    let frozen = &daemons[1];
-    // The frozen daemon's own sessions, told apart by their client ports.
-    let idle_in_transaction = || async {
-        let ports = tcp_ports(frozen.pid());
-        if ports.is_empty() {
-            return 0;
-        }
-        let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
-        db.query_one_raw(sea_orm::Statement::from_string(
-            db.get_database_backend(),
-            format!(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND state = 'idle in transaction' AND client_port IN ({})",
-                ports.join(", ")
-            ),
-        ))
-        .await
-        .unwrap()
-        .map_or(0, |row| row.try_get_by_index::<i64>(0).unwrap())
+    // A statement under way (not a commit); then, frozen, the session idle inside its
+    // transaction.
+    let db = &db;
+    let at_work = |pid| async move {
+        common::sessions_of(db, pid, "state = 'active' AND query NOT ILIKE 'COMMIT%'").await > 0
+    };
+    let idle_in_transaction = |pid| async move {
+        common::sessions_of(db, pid, "state = 'idle in transaction'").await > 0
     };
     let mut all = Vec::new();
-    let mut held = false;
+    let mut frozen = None;
     for attempt in 0..8 {
         let burst = ids(&format!("b{attempt}"), 3000);
         let due = Utc::now() + chrono::Duration::seconds(2);
         schedule_spread(&client, &burst, due, Duration::ZERO).await;
         all.extend(burst.iter().cloned());
-        while Utc::now() < due + chrono::Duration::milliseconds(30) {
+        while Utc::now() < due {
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
-        frozen.signal(libc::SIGSTOP);
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(600);
-        while tokio::time::Instant::now() < deadline && !held {
-            held = idle_in_transaction().await > 0;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if held {
+        let window = Duration::from_millis(1_500);
+        frozen = common::freeze_one_when(&daemons, window, at_work, idle_in_transaction).await;
+        if frozen.is_some() {
+            eprintln!("the freeze landed inside a transaction in burst {attempt}");
             break;
         }
-        frozen.signal(libc::SIGCONT);
         published.await_all(&burst, Duration::from_secs(30)).await;
     }
-    assert!(held, "no freeze of 8 landed inside a transaction");
+    let frozen = frozen.expect("no freeze of 8 landed inside a transaction");
     let frozen_at = Utc::now();
     // Within the session limit (3 s) and the lease (2 s), and a little: every timer published
     // and marked `Reached` (a mark waiting on the frozen daemon's locks never ends).
@@ -462,42 +448,8 @@ async fn a_daemon_frozen_inside_a_transaction_does_not_hold_the_others_back() {
             assert!(arrived >= due, "{id} fired before its dueAt");
         }
     }
-    frozen.signal(libc::SIGCONT);
+    daemons[frozen].signal(libc::SIGCONT);
     for process in daemons {
         process.kill9();
     }
-}
-
-/// The local TCP ports of the sockets process `pid` holds (from `/proc`).
-fn tcp_ports(pid: i32) -> Vec<u16> {
-    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|fds| {
-            fds.flatten()
-                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-                .filter_map(|target| {
-                    let target = target.to_string_lossy().into_owned();
-                    target
-                        .strip_prefix("socket:[")
-                        .and_then(|rest| rest.strip_suffix(']'))
-                        .map(str::to_owned)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut ports = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.len() > 9 && inodes.contains(fields[9]) {
-                let port = fields[1].rsplit(':').next().unwrap_or("0");
-                if let Ok(port) = u16::from_str_radix(port, 16) {
-                    ports.push(port);
-                }
-            }
-        }
-    }
-    ports
 }

@@ -269,8 +269,6 @@ async fn a_sub_millisecond_due_at_is_rounded_up_and_never_fires_early() {
 /// `traceparent` is dropped and the command is still stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_trace_context_of_a_command_comes_back_on_its_events() {
-    use async_nats::HeaderMap;
-
     let server = common::NatsServer::start();
     let scratch = common::Scratch::new();
     let daemon = timer_service::Daemon::start(common::config(&server, &scratch))
@@ -281,21 +279,8 @@ async fn the_trace_context_of_a_command_comes_back_on_its_events() {
     let first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let second = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let send = |subject: &'static str, command: serde_json::Value, parent: &'static str| {
-        let js = client.js.clone();
-        async move {
-            let mut headers = HeaderMap::new();
-            headers.insert("traceparent", parent);
-            headers.insert("tracestate", "congo=t61rcWkgMzE");
-            js.publish_with_headers(
-                subject,
-                headers,
-                serde_json::to_vec(&command).unwrap().into(),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        }
+        let client = &client;
+        async move { client.publish_traced(subject, &command, Some(parent)).await }
     };
     let due = |ms: i64| common::rfc3339(Utc::now() + chrono::Duration::milliseconds(ms));
     let later = "2030-01-01T00:00:00Z";
@@ -313,10 +298,33 @@ async fn the_trace_context_of_a_command_comes_back_on_its_events() {
     .await;
     send(
         "timer.cmd.schedule.acme",
+        common::schedule_command("acme", "cleared", later, None),
+        first,
+    )
+    .await;
+    send(
+        "timer.cmd.schedule.acme",
         common::schedule_command("acme", "bad-parent", &due(1_500), None),
         "00-xyz",
     )
     .await;
+    // An HTTP carrier's capitalised names, and `tracestate` sent twice (W3C: joined).
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Traceparent", second);
+    headers.append("TraceState", "rojo=00f067aa0ba902b7");
+    headers.append("TraceState", "congo=t61rcWkgMzE");
+    let carried = common::schedule_command("acme", "http-carrier", &due(1_500), None);
+    client
+        .js
+        .publish_with_headers(
+            "timer.cmd.schedule.acme",
+            headers,
+            serde_json::to_vec(&carried).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     let mut invalid = common::schedule_command("acme", "refused", later, None);
     invalid["payload"]["dueAt"] = serde_json::json!("tomorrow");
     send("timer.cmd.schedule.acme", invalid, second).await;
@@ -342,6 +350,11 @@ async fn the_trace_context_of_a_command_comes_back_on_its_events() {
         second,
     )
     .await;
+    // A reschedule without a context clears the stored one.
+    let cleared = common::schedule_command("acme", "cleared", &due(500), None);
+    client
+        .publish_traced("timer.cmd.schedule.acme", &cleared, None)
+        .await;
     let traced = client
         .await_due("acme", "traced", Duration::from_secs(10))
         .await;
@@ -361,5 +374,19 @@ async fn the_trace_context_of_a_command_comes_back_on_its_events() {
         .await_due("acme", "bad-parent", Duration::from_secs(10))
         .await;
     assert_eq!(dropped.trace, (None, None));
+    let carried = client
+        .await_due("acme", "http-carrier", Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        carried.trace,
+        (
+            Some(second.to_owned()),
+            Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE".to_owned())
+        )
+    );
+    let cleared = client
+        .await_due("acme", "cleared", Duration::from_secs(10))
+        .await;
+    assert_eq!(cleared.trace, (None, None), "the reschedule had none");
     daemon.shutdown().await.unwrap();
 }

@@ -4,6 +4,9 @@
 //! each daemon counted alone: three daemons let a tenant through three times its rate, and
 //! over its pending limit by what the others had in flight.
 //!
+//! A daemon frozen while it holds a tenant's row holds the others back only until the server
+//! ends its session.
+//!
 //! These need PostgreSQL: they run in the PostgreSQL run (`TEST_DATABASE=postgres`).
 
 mod common;
@@ -12,8 +15,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use chrono::{TimeZone, Utc};
-use common::quota_checks::{all_handled, pending, rejections};
-use common::{NatsServer, Scratch, TestClient};
+use common::quota_checks::{
+    Flood, all_handled, flood, most_within_a_second, pending, rejections, sample_timers,
+};
+use common::{DaemonProcess, NatsServer, Scratch, TestClient};
 use timer_service::config::TenantQuotaSettings;
 use timer_service::{Config, Daemon};
 
@@ -77,25 +82,14 @@ async fn the_limits_hold_for_the_tenant_whatever_the_number_of_daemons() {
     // The rate: 4 times the limit for 3 s. Every second, at most the limit goes in, whichever
     // daemon takes the commands; nothing accepted falls outside the span from the first
     // command sent to the last handled.
-    let started = Instant::now();
-    let mut sent = 0;
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    while started.elapsed() < Duration::from_secs(3) {
-        tick.tick().await;
-        let ids: Vec<String> = (sent..sent + 4).map(|i| format!("a-{i:05}")).collect();
-        client.schedule_many("acme", &ids, later).await;
-        sent += 4;
-    }
-    let fed = started.elapsed().as_secs_f64();
-    all_handled(&client).await;
-    let span = started.elapsed().as_secs_f64();
-    let accepted = pending(&scratch, "acme").await as f64;
-    let refused = rejections(&client, "acme").await.len() as f64;
-    eprintln!(
-        "acme: {sent} sent in {fed:.2} s, handled within {span:.2} s: {accepted} accepted \
-         ({:.1}/s over the feed), {refused} refused",
-        accepted / fed
-    );
+    let readings = sample_timers(&scratch, "acme", Duration::from_millis(3_500));
+    let Flood {
+        sent,
+        fed,
+        span,
+        accepted,
+        refused,
+    } = flood(&client, &scratch, "acme", "a", later).await;
     assert_eq!(
         accepted + refused,
         sent as f64,
@@ -109,7 +103,131 @@ async fn the_limits_hold_for_the_tenant_whatever_the_number_of_daemons() {
         accepted >= 100.0 * (fed - 1.0),
         "{accepted} accepted in a {fed:.2} s feed at 4 times the limit"
     );
+    let most = most_within_a_second(&readings.await.unwrap());
+    assert!(
+        most <= 100,
+        "{most} accepted within less than a second of real time, past the limit of 100"
+    );
     for daemon in daemons {
         daemon.shutdown().await.unwrap();
+    }
+}
+
+/// A daemon frozen (SIGSTOP) inside a transaction that holds a limited tenant's `tenant_quotas`
+/// row holds that tenant's commits on every other daemon, and no lease frees a row lock: the
+/// server must end the session (`idle_in_transaction_session_timeout`, the statement timeout),
+/// after which the others decide the tenant's commands again, the limit still exact. Bursts are
+/// sent, and a daemon frozen the moment one of its sessions is seen writing the row, until a
+/// freeze lands in a transaction holding it (its sessions told apart by their client ports, the lock seen in
+/// `pg_locks`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_frozen_holding_a_tenants_quota_row_holds_no_one_back_past_the_session_limit() {
+    if !common::database::postgres_run() {
+        eprintln!("several daemons share a PostgreSQL database: run with TEST_DATABASE=postgres");
+        return;
+    }
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let start = |name: &str| {
+        DaemonProcess::start_with(
+            &server,
+            &scratch,
+            &[
+                ("TIMER_NAME", name),
+                // Every tenant limited: each command transaction locks its tenants' rows.
+                ("TIMER_QUOTAS_MAX_PENDING", "300"),
+                ("TIMER_POSTGRES_STATEMENT_TIMEOUT", "3s"),
+                ("TIMER_POSTGRES_LOCK_TIMEOUT", "1s"),
+            ],
+        )
+    };
+    let daemons: Vec<DaemonProcess> = ["f1", "f2"].into_iter().map(start).collect();
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    let db = timer_service::storage::db::connect(&scratch.database(), 1)
+        .await
+        .unwrap();
+    // Its statement on the tenant's row under way (or waiting for the other's lock); then,
+    // frozen, the session idle inside the transaction that holds the row.
+    let db = &db;
+    let at_work = |pid| async move {
+        common::sessions_of(
+            db,
+            pid,
+            "a.state = 'active' AND a.query ILIKE '%INTO \"tenant_quotas\"%'",
+        )
+        .await
+            > 0
+    };
+    let holding_the_row = |pid| async move {
+        common::sessions_of(
+            db,
+            pid,
+            "a.state = 'idle in transaction' AND EXISTS (SELECT 1 FROM pg_locks l \
+             WHERE l.pid = a.pid AND l.relation = 'tenant_quotas'::regclass \
+             AND l.mode = 'RowExclusiveLock')",
+        )
+        .await
+            > 0
+    };
+    let later = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
+    let mut sent = 0;
+    let mut frozen = None;
+    for _ in 0..8 {
+        // Bursts of 100 keep both daemons committing; the freeze comes in the middle of them.
+        let feeding = {
+            let client = TestClient::connect(&server).await;
+            let first = sent;
+            tokio::spawn(async move {
+                for burst in 0..20 {
+                    let ids: Vec<String> = (0..100)
+                        .map(|i| format!("k-{:06}", first + burst * 100 + i))
+                        .collect();
+                    client.schedule_many("acme", &ids, later).await;
+                }
+            })
+        };
+        sent += 2_000;
+        frozen = common::freeze_one_when(
+            &daemons,
+            Duration::from_millis(1_000),
+            at_work,
+            holding_the_row,
+        )
+        .await;
+        feeding.await.unwrap();
+        if frozen.is_some() {
+            break;
+        }
+        all_handled(&client).await;
+    }
+    let frozen = frozen.expect("no freeze landed in a transaction holding the quota row");
+    let frozen_at = Instant::now();
+    // More commands of the tenant while the row is held.
+    let ids: Vec<String> = (sent..sent + 500).map(|i| format!("k-{i:06}")).collect();
+    client.schedule_many("acme", &ids, later).await;
+    sent += 500;
+    // The session limit (3 s), the ack wait of what the frozen daemon held (4 s), and a little.
+    all_handled(&client).await;
+    let took = frozen_at.elapsed();
+    let accepted = pending(&scratch, "acme").await;
+    let refused = rejections(&client, "acme").await.len();
+    eprintln!(
+        "{sent} commands decided {} ms after a daemon froze holding the quota row: \
+         {accepted} pending, {refused} refused",
+        took.as_millis()
+    );
+    assert_eq!(
+        accepted, 300,
+        "the pending limit, exact with a daemon frozen"
+    );
+    assert_eq!(
+        accepted as usize + refused,
+        sent,
+        "every command decided once"
+    );
+    daemons[frozen].signal(libc::SIGCONT);
+    for daemon in daemons {
+        daemon.kill9();
     }
 }

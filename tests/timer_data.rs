@@ -179,6 +179,42 @@ async fn data_past_the_limit_is_rejected_and_the_rest_of_its_batch_is_stored() {
 
 /// The store carries data through every way a row travels: the upsert, `get`, `list`, both
 /// claims for firing (in `dueAt` order, and a share per tenant), and the cancel.
+/// The daemon stores only data it checked; a row whose data is not JSON (written by hand, a
+/// damaged file) fires without it, and the timers after it fire as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_whose_stored_data_is_not_json_fires_without_it_and_holds_no_one_back() {
+    let (_server, scratch, daemon, client) = common::started().await;
+    let due = Utc::now() + chrono::Duration::seconds(2);
+    send(&client, "damaged", due, Some(json!({ "a": 1 }))).await;
+    send(
+        &client,
+        "after",
+        due + chrono::Duration::milliseconds(10),
+        Some(json!({ "b": 2 })),
+    )
+    .await;
+    client.barrier("acme").await;
+    common::query_rows(
+        &scratch.database(),
+        "UPDATE timer_schedules SET data = '{not json' WHERE service_call_id = 'damaged'",
+        |_| (),
+    )
+    .await;
+    let damaged = client
+        .await_due("acme", "damaged", Duration::from_secs(15))
+        .await;
+    assert!(
+        damaged.envelope["payload"].get("data").is_none(),
+        "{:?}",
+        damaged.envelope
+    );
+    let after = client
+        .await_due("acme", "after", Duration::from_secs(15))
+        .await;
+    assert_eq!(after.envelope["payload"]["data"], json!({ "b": 2 }));
+    daemon.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn the_store_returns_the_data_from_every_read_and_claim() {
     let scratch = Scratch::new();

@@ -45,6 +45,8 @@ pub struct Settings {
     pub keep_finished: String,
     /// Another build of the daemon (`--baseline`); `None`: this one's.
     pub binary: Option<PathBuf>,
+    /// More environment variables (`OTEL_EXPORTER_OTLP_ENDPOINT`…).
+    pub env: Vec<(String, String)>,
 }
 
 impl Settings {
@@ -95,7 +97,8 @@ impl Daemon {
             .env(
                 "RUST_LOG",
                 std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".into()),
-            );
+            )
+            .envs(settings.env.iter().map(|(k, v)| (k, v)));
         match database {
             DatabaseTarget::Sqlite { path, .. } => command.env("TIMER_DB_PATH", path),
             DatabaseTarget::Postgres { url } => command.env("TIMER_DATABASE_URL", url),
@@ -304,8 +307,15 @@ impl Observer {
             reached_at,
         );
         self.execute(&sql).await;
+        self.settle().await;
+    }
+
+    /// After writing rows: dead row versions cleared and statistics brought up to date
+    /// (PostgreSQL) or the write-ahead log copied into the file (SQLite), so that the daemon
+    /// measured next does not pay for them.
+    pub async fn settle(&self) {
         if self.postgres {
-            self.execute("ANALYZE timer_schedules").await;
+            self.execute("VACUUM ANALYZE timer_schedules").await;
         } else {
             self.execute("PRAGMA wal_checkpoint(TRUNCATE)").await;
         }

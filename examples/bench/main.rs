@@ -3,7 +3,8 @@
 //! at scale, on PostgreSQL with several daemons), the API's request rate, restart catch-up, one
 //! tenant's load beside another's (a burst, heavy reads), a `kill -9` in the middle of a burst
 //! of commands, one tenant's backlog of commands at start-up, backups of a live database, ingest
-//! and fire with data on each timer, and the broker's native scheduler as the comparison point — in one run, each figure the median
+//! and fire with data on each timer, ingest and fire with traced commands and spans exported,
+//! and the broker's native scheduler as the comparison point — in one run, each figure the median
 //! of several runs. With `--baseline`, the figures the targets compare with the previous version
 //! are measured for that build too, alternately with this one. Prints a Markdown report and writes it, with a
 //! lateness plot, to `--out`.
@@ -53,7 +54,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
     "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
-    "tenants", "reads", "crash", "intake", "backup", "data",
+    "tenants", "reads", "crash", "intake", "backup", "data", "spans",
 ];
 
 #[derive(Debug, Parser)]
@@ -109,7 +110,7 @@ pub struct Args {
     #[arg(long, default_value = "FULL")]
     pub synchronous: String,
     /// Only these sections (comma-separated: raw, sweep, lateness, costs, api, native, scale,
-    /// catch-up, postgres, tenants, reads, crash, intake, backup, data).
+    /// catch-up, postgres, tenants, reads, crash, intake, backup, data, spans).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).

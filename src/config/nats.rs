@@ -24,7 +24,7 @@ pub struct NatsSettings {
     /// make the service publish on a subject its sender may not publish on.
     pub inbox_prefix: String,
     /// Each tenant's clients use inboxes of their own, `<inbox_prefix>.<tenantId>.…` (as the
-    /// per-tenant permissions of docs/operations.md have it): replies then go only under the
+    /// per-tenant permissions of docs/deployment.md have it): replies then go only under the
     /// requesting tenant's, never into another tenant's.
     pub inbox_per_tenant: bool,
     /// `max_age` of the event stream when the service creates it; zero keeps events forever.

@@ -42,6 +42,25 @@ impl TraceContext {
         &self.traceparent[3..35]
     }
 
+    /// The caller's span: the parent id (16 hex digits).
+    pub fn parent_id(&self) -> &str {
+        &self.traceparent[36..52]
+    }
+
+    /// The trace flags (W3C: bit 0 says the caller records the trace).
+    pub fn flags(&self) -> u8 {
+        u8::from_str_radix(&self.traceparent[53..55], 16).unwrap_or(0)
+    }
+
+    /// The same trace and `tracestate` under another parent (16 hex digits): what a message
+    /// carries on once the daemon recorded a span of its own for it.
+    pub fn with_parent(&self, parent_id: &str, flags: u8) -> Self {
+        Self {
+            traceparent: format!("00-{}-{parent_id}-{flags:02x}", self.trace_id()),
+            tracestate: self.tracestate.clone(),
+        }
+    }
+
     /// The stored form: the `traceparent`, then the `tracestate` after a newline (which no
     /// header value holds).
     pub fn encode(&self) -> String {
@@ -87,10 +106,24 @@ mod tests {
     fn a_well_formed_context_is_kept_and_stored_whole() {
         let trace = TraceContext::from_headers(Some(PARENT), Some("congo=t61rcWkgMzE")).unwrap();
         assert_eq!(trace.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(trace.parent_id(), "00f067aa0ba902b7");
+        assert_eq!(trace.flags(), 1);
         assert_eq!(TraceContext::decode(&trace.encode()), Some(trace.clone()));
         let bare = TraceContext::from_headers(Some(PARENT), None).unwrap();
         assert_eq!(bare.encode(), PARENT);
         assert_eq!(TraceContext::decode(PARENT), Some(bare));
+    }
+
+    #[test]
+    fn a_context_under_another_parent_keeps_its_trace_and_state() {
+        let trace = TraceContext::from_headers(Some(PARENT), Some("congo=t61rcWkgMzE")).unwrap();
+        let child = trace.with_parent("b7ad6b7169203331", 0);
+        assert_eq!(
+            child.traceparent,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-00"
+        );
+        assert_eq!(child.tracestate, trace.tracestate);
+        assert_eq!(TraceContext::decode(&child.encode()), Some(child));
     }
 
     #[test]

@@ -267,9 +267,16 @@ fn inbound(
         }
     };
     let (message, acker) = message.split();
+    // Header names are matched whatever their case (HTTP carriers write `Traceparent`); the
+    // values of a header sent more than once are joined, as W3C says for `tracestate`.
     let header = |name: &str| {
         let headers = message.headers.as_ref()?;
-        headers.get(name).map(|value| value.as_str().to_owned())
+        let values: Vec<&str> = headers
+            .iter()
+            .filter(|(key, _)| AsRef::<str>::as_ref(*key).eq_ignore_ascii_case(name))
+            .flat_map(|(_, values)| values.iter().map(|v| v.as_str()))
+            .collect();
+        (!values.is_empty()).then(|| values.join(","))
     };
     let trace = TraceContext::from_headers(
         header(TRACEPARENT).as_deref(),

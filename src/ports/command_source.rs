@@ -2,7 +2,7 @@
 //! the broker once the service has decided its fate.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -51,6 +51,8 @@ pub struct InboundCommand {
     delivery: Option<Arc<dyn Delivery>>,
     /// The W3C trace context of its headers, carried to the events it causes.
     pub trace: Option<TraceContext>,
+    /// When the daemon took it from the broker: where its span begins.
+    pub received_at: SystemTime,
 }
 
 impl InboundCommand {
@@ -70,6 +72,7 @@ impl InboundCommand {
             redelivered,
             delivery: Some(delivery),
             trace: None,
+            received_at: SystemTime::now(),
         }
     }
 
@@ -77,6 +80,18 @@ impl InboundCommand {
     pub fn with_trace(mut self, trace: Option<TraceContext>) -> Self {
         self.trace = trace;
         self
+    }
+
+    /// Its `process` span, begun at its delivery (nothing without an exporter or a trace
+    /// context): end it once the command is settled.
+    pub fn process_span(&self) -> crate::telemetry::spans::Span {
+        crate::telemetry::spans::process(
+            self.trace.as_ref(),
+            &self.subject,
+            self.sequence,
+            self.payload.len(),
+            self.received_at,
+        )
     }
 
     /// The settlement handle, for the keep-alive to report it in progress while it is held.

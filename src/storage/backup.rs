@@ -19,7 +19,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement, Value};
 
 use sea_orm::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
-use super::db::{DatabaseTarget, SqliteSettings, sqlite_options, sqlite_pool};
+use super::db::{DatabaseTarget, SqliteSettings, sqlite_pool};
 
 /// Why a backup was refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -220,16 +220,17 @@ impl Drop for Partial {
     }
 }
 
-/// A connection of the backup's own to the database file, opened as the daemon opens it.
+/// A connection of the backup's own to the database file. Only a read runs on it: nothing of
+/// the daemon's settings is applied, since a setting such as the journal mode stays with the
+/// file, and a file the backup refuses must be left as it was.
 async fn open_existing(
     path: &Path,
     settings: &SqliteSettings,
 ) -> Result<DatabaseConnection, DbErr> {
-    sqlite_pool(
-        sqlite_options(path, settings, false),
-        SqlitePoolOptions::new(),
-    )
-    .await
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .busy_timeout(settings.busy_timeout);
+    sqlite_pool(options, SqlitePoolOptions::new()).await
 }
 
 /// The copy, read-only, its journal mode left as the copy has it.

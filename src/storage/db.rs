@@ -226,11 +226,7 @@ async fn open(
 }
 
 /// The connection settings of the SQLite file at `path`.
-pub(super) fn sqlite_options(
-    path: &Path,
-    settings: &SqliteSettings,
-    create: bool,
-) -> SqliteConnectOptions {
+fn sqlite_options(path: &Path, settings: &SqliteSettings, create: bool) -> SqliteConnectOptions {
     SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(create)

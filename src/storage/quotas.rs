@@ -6,13 +6,19 @@
 //! transactions thus run one after the other, whichever daemon runs them; those of tenants
 //! without limits take no lock.
 //!
+//! The rate window's clock is the database server's on PostgreSQL (read by the statement that
+//! locks the rows), as it is for firing (docs/CONTRACT.md §8): daemons whose clocks disagree
+//! still count in one window. On SQLite, which one daemon owns, it is that daemon's.
+//!
 //! The count walks the tenant's `Scheduled` entries of `idx_timer_schedules_tenant_state`; the
 //! keys a batch names are read by primary key.
 
 use std::collections::{BTreeSet, HashMap};
 
 use sea_orm::sea_query::{Alias, Expr, OnConflict, Query};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Select};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect, Select,
+};
 
 use super::entity::{Column, Entity};
 use super::{ROWS_PER_STATEMENT, Store, StoreError};
@@ -24,7 +30,8 @@ use crate::domain::{Command, TimerState};
 /// Decides `commands` against the quotas of their tenants as the database holds them, inside
 /// the transaction `db` that then stores the accepted ones: returns the refused ones by
 /// position. `tenants` are the batch's limited tenants, in order (`limited_tenants`); nothing
-/// is read or locked when there are none.
+/// is read or locked when there are none. `now_ms` is the daemon's clock, used where the
+/// database has none of its own (SQLite).
 pub(super) async fn admit(
     db: &impl ConnectionTrait,
     quotas: &Quotas,
@@ -36,9 +43,13 @@ pub(super) async fn admit(
         return Ok(Vec::new());
     }
     let mut stored = HashMap::with_capacity(tenants.len());
+    let mut server_ms = None;
     for chunk in tenants.chunks(ROWS_PER_STATEMENT) {
-        stored.extend(lock(db, chunk).await?);
+        let (rows, at) = lock(db, chunk).await?;
+        stored.extend(rows);
+        server_ms = server_ms.or(at);
     }
+    let now_ms = server_ms.unwrap_or(now_ms);
     let to_count = to_count(quotas, &stored, commands, now_ms);
     let counted = if to_count.is_empty() {
         HashMap::new()
@@ -69,11 +80,23 @@ pub(super) async fn admit(
 
 const TABLE: &str = "tenant_quotas";
 
-/// Locks the rows of `tenants` (made when missing) until the transaction ends, and reads them.
+/// The PostgreSQL server's clock when the statement began, in milliseconds since the epoch.
+const SERVER_MS: &str = "(EXTRACT(EPOCH FROM statement_timestamp()) * 1000)::bigint";
+
+/// Locks the rows of `tenants` (made when missing) until the transaction ends, and reads them;
+/// on PostgreSQL also the server's clock.
 async fn lock(
     db: &impl ConnectionTrait,
     tenants: &[String],
-) -> Result<HashMap<String, TenantQuota>, StoreError> {
+) -> Result<(HashMap<String, TenantQuota>, Option<i64>), StoreError> {
+    let server_clock = db.get_database_backend() == DbBackend::Postgres;
+    let mut returning: Vec<Expr> = ["tenant_id", "rate_window", "pending_most", "counted_at_ms"]
+        .into_iter()
+        .map(|column| Expr::col(Alias::new(column)))
+        .collect();
+    if server_clock {
+        returning.push(Expr::cust(SERVER_MS));
+    }
     let mut insert = Query::insert();
     insert
         .into_table(Alias::new(TABLE))
@@ -85,18 +108,17 @@ async fn lock(
                 .update_column(Alias::new("tenant_id"))
                 .to_owned(),
         )
-        .returning(Query::returning().columns([
-            Alias::new("tenant_id"),
-            Alias::new("rate_window"),
-            Alias::new("pending_most"),
-            Alias::new("counted_at_ms"),
-        ]));
+        .returning(Query::returning().exprs(returning));
     for tenant in tenants {
         insert.values_panic([tenant.as_str().into()]);
     }
     let rows = db.query_all(&insert).await?;
     let mut out = HashMap::with_capacity(rows.len());
+    let mut server_ms = None;
     for row in rows {
+        if server_clock {
+            server_ms = Some(row.try_get_by_index::<i64>(4)?);
+        }
         let tenant: String = row.try_get("", "tenant_id")?;
         let window: String = row.try_get("", "rate_window")?;
         let pending_most: Option<i64> = row.try_get("", "pending_most")?;
@@ -114,7 +136,7 @@ async fn lock(
         };
         out.insert(tenant, quota);
     }
-    Ok(out)
+    Ok((out, server_ms))
 }
 
 /// Writes the rows of `tenants` back.

@@ -52,6 +52,21 @@ fn data_of(
         })
 }
 
+/// The `data` of a claimed row. The daemon stores only data it checked, so text that is not
+/// JSON was written by hand or damaged on disk: that timer fires without it, logged, rather than
+/// failing its claim, which would fail every claim after it (the row stays first in line).
+fn claimed_data_of(
+    tenant_id: &str,
+    service_call_id: &str,
+    text: Option<String>,
+) -> Option<TimerData> {
+    data_of(tenant_id, service_call_id, text).unwrap_or_else(|e| {
+        tracing::error!(tenant_id, service_call_id, error = %e,
+            "a claimed timer's data is not JSON; it fires without it");
+        None
+    })
+}
+
 pub(super) fn parse_time(field: &str, text: &str) -> Result<DateTime<Utc>, StoreError> {
     parse_stored(text).map_err(|e| StoreError::CorruptRow {
         tenant_id: "?".into(),
@@ -108,7 +123,7 @@ pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreErro
         reason,
     })?;
     Ok(DueTimer {
-        data: data_of(&model.tenant_id, &model.service_call_id, model.data)?,
+        data: claimed_data_of(&model.tenant_id, &model.service_call_id, model.data),
         trace: model
             .trace_context
             .as_deref()
@@ -133,7 +148,7 @@ pub(super) fn due_timer_of(tenant_id: String, row: &QueryResult) -> Result<DueTi
     let service_call_id: String = row.try_get("", "service_call_id")?;
     let trace: Option<String> = row.try_get("", "trace_context")?;
     Ok(DueTimer {
-        data: data_of(&tenant_id, &service_call_id, row.try_get("", "data")?)?,
+        data: claimed_data_of(&tenant_id, &service_call_id, row.try_get("", "data")?),
         trace: trace.as_deref().and_then(TraceContext::decode),
         tenant_id,
         service_call_id,

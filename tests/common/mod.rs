@@ -15,7 +15,7 @@ mod support;
 pub use nats_server::{NatsServer, free_port};
 pub use postgres_cluster::PostgresCluster;
 pub use small_disk::SmallDisk;
-pub use support::{http_get, metric, millis, prefill_sql, rfc3339};
+pub use support::{http_get, metric, millis, prefill_sql, rfc3339, sessions_of, tcp_ports};
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -260,6 +260,51 @@ impl Drop for DaemonProcess {
     }
 }
 
+/// Freezes (SIGSTOP) one of `daemons` the moment `at_work(pid)` sees it inside a transaction (a
+/// statement of its under way on the server), within `window`; then polls `landed(pid)` for up
+/// to 100 ms (the statement finishes, the session waits for the frozen client). When a freeze
+/// caught it where the test wants it, it is left frozen and its index returned; otherwise it
+/// is thawed (SIGCONT) and the watch goes on. A freeze at a random instant mostly finds a
+/// daemon between transactions.
+pub async fn freeze_one_when<W, WF, L, LF>(
+    daemons: &[DaemonProcess],
+    window: Duration,
+    mut at_work: W,
+    mut landed: L,
+) -> Option<usize>
+where
+    W: FnMut(i32) -> WF,
+    WF: Future<Output = bool>,
+    L: FnMut(i32) -> LF,
+    LF: Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + window;
+    while tokio::time::Instant::now() < until {
+        let mut seen = None;
+        for (i, daemon) in daemons.iter().enumerate() {
+            if at_work(daemon.pid()).await {
+                seen = Some(i);
+                break;
+            }
+        }
+        let Some(i) = seen else {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        };
+        let daemon = &daemons[i];
+        daemon.signal(libc::SIGSTOP);
+        let look_until = tokio::time::Instant::now() + Duration::from_millis(100);
+        while tokio::time::Instant::now() < look_until {
+            if landed(daemon.pid()).await {
+                return Some(i);
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        daemon.signal(libc::SIGCONT);
+    }
+    None
+}
+
 /// A ScheduleTimer envelope, as a client writes it.
 pub fn schedule_command(
     tenant: &str,
@@ -334,6 +379,26 @@ impl TestClient {
             .expect("connect");
         let js = jetstream::new(client.clone());
         Self { client, js }
+    }
+
+    /// Publishes `command` on `subject` with a `traceparent` (and the `tracestate`
+    /// `congo=t61rcWkgMzE` beside it); none when `None`. Returns once the broker stored it.
+    pub async fn publish_traced(&self, subject: &str, command: &Value, traceparent: Option<&str>) {
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(parent) = traceparent {
+            headers.insert("traceparent", parent);
+            headers.insert("tracestate", "congo=t61rcWkgMzE");
+        }
+        self.js
+            .publish_with_headers(
+                subject.to_owned(),
+                headers,
+                serde_json::to_vec(command).expect("json").into(),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("stored");
     }
 
     /// Waits until the daemon has created the command stream (so publishes are stored).

@@ -1,11 +1,106 @@
-//! What the quota tests read back: a tenant's pending timers, whether every command was
-//! handled, and the rejections published.
+//! What the quota tests do and read back: a flood of one tenant's commands, a tenant's pending
+//! timers (once, or sampled while the flood goes on), whether every command was handled, and the
+//! rejections published.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{Scratch, TestClient, eventually};
+
+/// What [`flood`] sent, and what became of it once every command was handled.
+pub struct Flood {
+    pub sent: usize,
+    /// Seconds the feed lasted, and from its start until every command was handled.
+    pub fed: f64,
+    pub span: f64,
+    /// The tenant's pending timers (every key was new), and its rejections.
+    pub accepted: f64,
+    pub refused: f64,
+}
+
+/// Feeds `tenant` four new keys (`<prefix>-<n>`, due at `due`) every 10 ms for 3 s, 400
+/// commands a second, then waits until every command is handled, and counts.
+pub async fn flood(
+    client: &TestClient,
+    scratch: &Scratch,
+    tenant: &str,
+    prefix: &str,
+    due: DateTime<Utc>,
+) -> Flood {
+    let started = Instant::now();
+    let mut sent = 0;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    while started.elapsed() < Duration::from_secs(3) {
+        tick.tick().await;
+        let ids: Vec<String> = (sent..sent + 4)
+            .map(|i| format!("{prefix}-{i:05}"))
+            .collect();
+        client.schedule_many(tenant, &ids, due).await;
+        sent += 4;
+    }
+    let fed = started.elapsed().as_secs_f64();
+    all_handled(client).await;
+    let span = started.elapsed().as_secs_f64();
+    let flood = Flood {
+        sent,
+        fed,
+        span,
+        accepted: pending(scratch, tenant).await as f64,
+        refused: rejections(client, tenant).await.len() as f64,
+    };
+    eprintln!(
+        "{tenant}: {sent} sent in {fed:.2} s, handled within {span:.2} s: {} accepted \
+         ({:.1}/s over the feed), {} refused",
+        flood.accepted,
+        flood.accepted / fed,
+        flood.refused
+    );
+    flood
+}
+
+/// Reads `tenant`'s timers every 25 ms for `lasting`, on a connection of its own, with the
+/// test's clock: pass the readings to [`most_within_a_second`].
+pub fn sample_timers(
+    scratch: &Scratch,
+    tenant: &str,
+    lasting: Duration,
+) -> tokio::task::JoinHandle<Vec<(Instant, i64)>> {
+    let database = scratch.database();
+    let sql = format!("SELECT count(*) FROM timer_schedules WHERE tenant_id = '{tenant}'");
+    tokio::spawn(async move {
+        use sea_orm::{ConnectionTrait, Statement};
+        let db = timer_service::storage::db::connect(&database, 1)
+            .await
+            .expect("open the database");
+        let mut readings = Vec::new();
+        let started = Instant::now();
+        while started.elapsed() < lasting {
+            let statement = Statement::from_string(db.get_database_backend(), sql.clone());
+            let row = db.query_one_raw(statement).await.expect("count");
+            let count = row.map_or(0, |row| row.try_get_by_index::<i64>(0).expect("count"));
+            readings.push((Instant::now(), count));
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        readings
+    })
+}
+
+/// The most timers added between two readings less than 0.95 s apart (a reading takes a few
+/// milliseconds): what a second of real time took in, at most.
+pub fn most_within_a_second(readings: &[(Instant, i64)]) -> i64 {
+    let mut most = 0;
+    for (i, (at, count)) in readings.iter().enumerate() {
+        for (later_at, later_count) in &readings[i + 1..] {
+            if later_at.duration_since(*at) > Duration::from_millis(950) {
+                break;
+            }
+            most = most.max(later_count - count);
+        }
+    }
+    most
+}
 
 /// Pending timers of `tenant`, read on a connection of the test's own.
 pub async fn pending(scratch: &Scratch, tenant: &str) -> i64 {

@@ -93,3 +93,59 @@ pub fn prefill_sql(
         )
     }
 }
+
+/// The local TCP ports of the sockets process `pid` holds (from `/proc`).
+pub fn tcp_ports(pid: i32) -> Vec<u16> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter_map(|target| {
+                    let target = target.to_string_lossy().into_owned();
+                    target
+                        .strip_prefix("socket:[")
+                        .and_then(|rest| rest.strip_suffix(']'))
+                        .map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() > 9 && inodes.contains(fields[9]) {
+                let port = fields[1].rsplit(':').next().unwrap_or("0");
+                if let Ok(port) = u16::from_str_radix(port, 16) {
+                    ports.push(port);
+                }
+            }
+        }
+    }
+    ports
+}
+
+/// How many of process `pid`'s PostgreSQL sessions (told apart by their client ports) meet
+/// `condition`, on `pg_stat_activity a`.
+pub async fn sessions_of(db: &sea_orm::DatabaseConnection, pid: i32, condition: &str) -> i64 {
+    use sea_orm::ConnectionTrait;
+    let ports = tcp_ports(pid);
+    if ports.is_empty() {
+        return 0;
+    }
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    db.query_one_raw(sea_orm::Statement::from_string(
+        db.get_database_backend(),
+        format!(
+            "SELECT count(*) FROM pg_stat_activity a WHERE a.datname = current_database() \
+             AND {condition} AND a.client_port IN ({})",
+            ports.join(", ")
+        ),
+    ))
+    .await
+    .unwrap()
+    .map_or(0, |row| row.try_get_by_index::<i64>(0).unwrap())
+}

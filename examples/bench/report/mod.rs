@@ -10,6 +10,7 @@ mod baseline;
 mod data;
 mod postgres;
 mod recovery;
+mod spans;
 mod tenants;
 
 use std::fmt::Write as _;
@@ -478,6 +479,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
     recovery::recovery(&mut r, f);
     backup::backup(&mut r, args, f);
     data::data(&mut r, args, f);
+    spans::spans(&mut r, args, f);
     baseline::beside(&mut r, args, f);
 
     if let Some(metrics) = &f.metrics_sample {

@@ -26,14 +26,18 @@ pub(super) async fn data(ctx: &Ctx<'_>, f: &mut Figures) {
             let w = ctx
                 .world(&format!("data-ingest-{tag}-{label}"), backend, None)
                 .await;
-            let ingest = workloads::ingest_with(&w, args.ingest_n, &daemons, data).await;
+            let carried = workloads::Carried {
+                data,
+                traced: false,
+            };
+            let ingest = workloads::ingest_with(&w, args.ingest_n, &daemons, carried).await;
             f.run(&format!("data.ingest.{tag}.{label}"), ingest);
             size(f, &w, &format!("data.mb.{tag}.{label}"), backend).await;
             drop(w);
             let w = ctx
                 .world(&format!("data-fire-{tag}-{label}"), backend, None)
                 .await;
-            let fire = workloads::fire_with(&w, args.fire_n, &daemons, data, FIRE_LEAD).await;
+            let fire = workloads::fire_with(&w, args.fire_n, &daemons, carried, FIRE_LEAD).await;
             f.run(&format!("data.fire.{tag}.{label}"), fire);
         }
     }

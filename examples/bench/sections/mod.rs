@@ -6,6 +6,9 @@
 mod backup;
 mod data;
 mod recovery;
+mod spans;
+
+pub use spans::VARIANTS as SPAN_VARIANTS;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -98,6 +101,7 @@ impl Ctx<'_> {
             http_port: http.then(crate::nats_server::free_port),
             keep_finished: "7d".into(),
             binary: None,
+            env: Vec::new(),
         }
     }
 
@@ -194,6 +198,9 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
     }
     if args.wants("data") {
         data::data(ctx, f).await;
+    }
+    if args.wants("spans") {
+        spans::spans(ctx, f).await;
     }
 }
 

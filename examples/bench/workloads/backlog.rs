@@ -9,7 +9,7 @@ use chrono::Utc;
 use futures::StreamExt;
 use timer_service::nats::streams::ensure_command_stream;
 
-use super::{Run, command_with, meter, start_daemons, stop};
+use super::{Carried, Run, command_with, meter, start_daemons, stop, traceparent};
 use crate::daemon::Settings;
 use crate::raw::publish_pipelined;
 use crate::world::World;
@@ -17,30 +17,31 @@ use crate::world::World;
 /// `n` commands queued while no daemon runs, then the daemons started: commands stored and
 /// acknowledged per second, from the first process start to an empty work queue.
 pub async fn ingest(world: &World, n: usize, daemons: &[Settings]) -> Run {
-    ingest_with(world, n, daemons, None).await
+    ingest_with(world, n, daemons, Carried::default()).await
 }
 
-/// [`ingest`], each command carrying `data` when given.
+/// [`ingest`], each command carrying what `carried` says.
 pub async fn ingest_with(
     world: &World,
     n: usize,
     daemons: &[Settings],
-    data: Option<&serde_json::value::RawValue>,
+    carried: Carried<'_>,
 ) -> Run {
     let mut stream = ensure_command_stream(&world.js, &daemons[0].broker_names())
         .await
         .expect("command stream");
     let due = Utc::now() + chrono::Duration::days(1);
     publish_pipelined(&world.js, n, 1000, |i| {
-        (
-            format!("timer.cmd.schedule.t{}", i % 10),
-            PublishMessage::build().payload(command_with(
-                &format!("t{}", i % 10),
-                &format!("ingest-{i}"),
-                due + chrono::Duration::milliseconds(i as i64),
-                data,
-            )),
-        )
+        let mut message = PublishMessage::build().payload(command_with(
+            &format!("t{}", i % 10),
+            &format!("ingest-{i}"),
+            due + chrono::Duration::milliseconds(i as i64),
+            carried.data,
+        ));
+        if carried.traced {
+            message = message.header("traceparent", traceparent(i).as_str());
+        }
+        (format!("timer.cmd.schedule.t{}", i % 10), message)
     })
     .await;
     let running = start_daemons(world, daemons);
@@ -73,7 +74,14 @@ pub async fn ingest_with(
 /// `n` timers due at one instant: timers published, acknowledged and marked `Reached` per
 /// second, from the instant to the last mark.
 pub async fn fire(world: &World, n: usize, daemons: &[Settings]) -> Run {
-    fire_with(world, n, daemons, None, Duration::from_secs(4)).await
+    fire_with(
+        world,
+        n,
+        daemons,
+        Carried::default(),
+        Duration::from_secs(4),
+    )
+    .await
 }
 
 /// [`fire`], each timer holding `data` when given, due `lead` after the filling begins (long
@@ -82,19 +90,32 @@ pub async fn fire_with(
     world: &World,
     n: usize,
     daemons: &[Settings],
-    data: Option<&serde_json::value::RawValue>,
+    carried: Carried<'_>,
     lead: Duration,
 ) -> Run {
     let observer = world.observer().await;
     let instant = Utc::now() + chrono::Duration::from_std(lead).expect("lead");
     observer.prefill(n as u64, "fire", instant, 0, None).await;
-    if let Some(data) = data {
+    if carried.traced {
+        // One trace for all: what a span costs does not depend on its trace.
+        let context = traceparent(0);
+        observer
+            .execute(&format!(
+                "UPDATE timer_schedules SET trace_context = '{context}' WHERE tenant_id = 'fire'"
+            ))
+            .await;
+    }
+    if let Some(data) = carried.data {
         let text = data.get().replace('\'', "''");
         observer
             .execute(&format!(
                 "UPDATE timer_schedules SET data = '{text}' WHERE tenant_id = 'fire'"
             ))
             .await;
+    }
+    if carried.traced || carried.data.is_some() {
+        // The rows were written twice: settle the second write too.
+        observer.settle().await;
     }
     assert!(
         Utc::now() + chrono::Duration::seconds(2) < instant,

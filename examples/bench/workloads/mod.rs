@@ -46,6 +46,20 @@ fn command(tenant: &str, id: &str, due: DateTime<Utc>) -> bytes::Bytes {
     command_with(tenant, id, due, None)
 }
 
+/// What each timer of a backlog carries besides its key and `dueAt`.
+#[derive(Clone, Copy, Default)]
+pub struct Carried<'a> {
+    /// JSON data.
+    pub data: Option<&'a serde_json::value::RawValue>,
+    /// A sampled `traceparent` (a trace of its own per command).
+    pub traced: bool,
+}
+
+/// The `traceparent` of the `i`th traced command: a trace of its own, sampled.
+pub fn traceparent(i: usize) -> String {
+    format!("00-{:032x}-{:016x}-01", i + 1, i + 1)
+}
+
 /// [`command`], carrying `data` (JSON text) when given.
 fn command_with(
     tenant: &str,

@@ -1,6 +1,8 @@
 //! Refused commands: each is reported on the rejection subject of its tenant, then terminated
 //! on the broker so that it is never redelivered.
 
+use std::time::SystemTime;
+
 use futures::future::join_all;
 
 use super::CommandHandlerArgs;
@@ -15,7 +17,14 @@ pub(super) async fn reject(
 ) {
     let now = args.clock.now();
     let mut events = Vec::with_capacity(rejected.len());
+    let mut spans = Vec::new();
     for (command, rejection, order) in &rejected {
+        // Its event carries the command's process span on, when one is recorded.
+        let span = command.process_span();
+        let trace = span.carried(command.trace.as_ref());
+        if crate::telemetry::spans::enabled() {
+            spans.push((span, rejection.kind.as_str(), rejection.reason.clone()));
+        }
         tracing::warn!(actor = "command_handler", tenant_id = %rejection.tenant_id,
             subject = %command.subject, sequence = command.sequence, reason = %rejection.reason,
             "command rejected");
@@ -32,7 +41,7 @@ pub(super) async fn reject(
                 subject: args.subjects.rejected(&rejection.tenant_id),
                 message_id: rejection_message_id(*order),
                 payload: payload.into(),
-                trace: command.trace.clone(),
+                trace,
             }),
             Err(e) => tracing::error!(actor = "command_handler", error = %e,
                 "cannot encode a rejection event"),
@@ -46,6 +55,10 @@ pub(super) async fn reject(
     }
     let count = rejected.len() as u64;
     join_all(rejected.into_iter().map(|(command, _, _)| command.term())).await;
+    let terminated = SystemTime::now();
+    for (span, kind, reason) in spans {
+        span.end(terminated, Some((kind, &reason)));
+    }
     metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "rejected")
         .increment(count);
 }

@@ -9,7 +9,7 @@
 //! only after its own commit.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::future::join_all;
 use ractor::concurrency::{JoinHandle, OneshotReceiver};
@@ -25,6 +25,7 @@ use crate::domain::quota::Quotas;
 use crate::domain::{Action, Command, Rejection, RejectionKind};
 use crate::ports::InboundCommand;
 use crate::storage::{Applied, StoreError};
+use crate::telemetry::spans;
 
 /// How long a batch may wait for its commit before it is handed back to the broker.
 const STORE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -55,6 +56,7 @@ pub(super) fn store(args: &Arc<CommandHandlerArgs>, batch: Vec<Accepted>) -> Joi
     }
     let commands: Arc<[Command]> = accepted.into();
     let quotas = args.quotas.borrow().clone();
+    let handed_over = SystemTime::now();
     let queued = args.registry.persistence().apply_part_queued(
         commands.clone(),
         0..commands.len(),
@@ -64,11 +66,17 @@ pub(super) fn store(args: &Arc<CommandHandlerArgs>, batch: Vec<Accepted>) -> Joi
     tokio::spawn(async move {
         match applied(queued).await {
             Ok(applied) => {
+                let commit = Commit {
+                    started: handed_over,
+                    ended: SystemTime::now(),
+                    size: commands.len(),
+                };
                 let written = applied.written;
                 let mut inbound: Vec<Option<InboundCommand>> =
                     inbound.into_iter().map(Some).collect();
                 let over_quota = refused_by_quota(&quotas, &commands, &mut inbound, 0, applied);
-                acknowledge_stored(&args, &commands, &mut inbound, 0..commands.len()).await;
+                let all = 0..commands.len();
+                acknowledge_stored(&args, &commands, &mut inbound, all, Some(commit)).await;
                 if !over_quota.is_empty() {
                     reject(&args, over_quota).await;
                 }
@@ -110,13 +118,23 @@ fn refused_by_quota(
         .collect()
 }
 
+/// The commit that stored a batch, for the commands' `store timers` spans: from its hand-over
+/// to Persistence (its wait in the writer's lane included) to its answer.
+struct Commit {
+    started: SystemTime,
+    ended: SystemTime,
+    size: usize,
+}
+
 /// Acknowledges the commands at `positions` whose deliveries are still in `inbound` (stored),
-/// and counts them.
+/// counts them, and records their spans (`commit`: the one commit that stored them all, when
+/// there was one).
 async fn acknowledge_stored(
     args: &CommandHandlerArgs,
     commands: &[Command],
     inbound: &mut [Option<InboundCommand>],
     positions: impl Iterator<Item = usize>,
+    commit: Option<Commit>,
 ) {
     let mut stored_at = Vec::new();
     let mut deliveries = Vec::new();
@@ -126,7 +144,21 @@ async fn acknowledge_stored(
             deliveries.push(delivery);
         }
     }
+    let spans: Vec<spans::Span> = match spans::enabled() {
+        true => deliveries
+            .iter()
+            .map(InboundCommand::process_span)
+            .collect(),
+        false => Vec::new(),
+    };
     acknowledge(deliveries.into_iter()).await;
+    let acknowledged = SystemTime::now();
+    for span in spans {
+        if let Some(commit) = &commit {
+            span.stored(commit.started, commit.ended, commit.size);
+        }
+        span.end(acknowledged, None);
+    }
     stored(args, stored_at.iter().map(|&i| &commands[i]));
 }
 
@@ -205,6 +237,7 @@ async fn store_around_refused(
         &commands,
         &mut inbound,
         outcome.stored.iter().copied(),
+        None,
     )
     .await;
     rejected.extend(outcome.refused.into_iter().filter_map(|(i, reason)| {

@@ -18,6 +18,7 @@ use crate::actors::persistence::CallError;
 use crate::domain::DueTimer;
 use crate::storage::DueBatch;
 use crate::storage::fair::FairBatch;
+use crate::telemetry::spans;
 
 /// A claim's answer.
 pub struct Claimed {
@@ -114,6 +115,7 @@ impl PollerState {
             }
             Answer::Fair(Ok(fair)) => {
                 self.wake.learn(fair.batch.server_now, answered_at);
+                claim_spans(&fair.batch.timers, asked_at, answered_at);
                 self.fairness.answered(fair.resume_after);
                 tracing::debug!(
                     actor = "poller",
@@ -126,6 +128,7 @@ impl PollerState {
             }
             Answer::Due(Ok(batch)) => {
                 self.wake.learn(batch.server_now, answered_at);
+                claim_spans(&batch.timers, asked_at, answered_at);
                 // The instant the timers were found due, by the clock that decided it: their
                 // `reachedAt`.
                 let decided_at = batch.server_now.unwrap_or(asked_at);
@@ -211,4 +214,20 @@ async fn answered<T>(call: impl Future<Output = Result<T, CallError>>) -> Result
         .catch_unwind()
         .await
         .unwrap_or_else(|_| Err(CallError::Messaging("the call panicked".into())))
+}
+
+/// The `claim timers` span of each traced timer of a claim asked at `asked_at` and answered at
+/// `answered_at`.
+fn claim_spans(timers: &[DueTimer], asked_at: DateTime<Utc>, answered_at: DateTime<Utc>) {
+    if !spans::enabled() {
+        return;
+    }
+    for timer in timers {
+        spans::claimed(
+            timer.trace.as_ref(),
+            asked_at.into(),
+            answered_at.into(),
+            timers.len(),
+        );
+    }
 }

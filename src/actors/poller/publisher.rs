@@ -23,6 +23,7 @@ use super::{PollerArgs, PollerMsg};
 use crate::domain::events::{due_message_id, due_time_reached};
 use crate::domain::{DueTimer, Subjects};
 use crate::ports::{Clock, EventBus, OutgoingEvent, Stored};
+use crate::telemetry::spans;
 
 /// A batch handed to the broker, named in its outcome's message.
 pub type BatchId = u64;
@@ -249,14 +250,24 @@ async fn publish(
 ) -> (Vec<DueTimer>, Option<String>, Duration) {
     let mut events = Vec::with_capacity(due.len());
     let mut timers = Vec::with_capacity(due.len());
+    let mut spans = Vec::new();
     for timer in due {
         match serde_json::to_vec(&due_time_reached(&timer, reached_at)) {
             Ok(payload) => {
+                let subject = subjects.due(&timer.tenant_id);
+                let message_id = due_message_id(&timer);
+                // The event carries its publish span on, when one is recorded.
+                let span =
+                    spans::publish(timer.trace.as_ref(), &subject, &message_id, payload.len());
+                let trace = span.carried(timer.trace.as_ref());
+                if spans::enabled() {
+                    spans.push(span);
+                }
                 events.push(OutgoingEvent {
-                    subject: subjects.due(&timer.tenant_id),
-                    message_id: due_message_id(&timer),
+                    subject,
+                    message_id,
                     payload: payload.into(),
-                    trace: timer.trace.clone(),
+                    trace,
                 });
                 timers.push(timer);
             }
@@ -270,6 +281,7 @@ async fn publish(
     let took = handed_over.elapsed();
     let acknowledged_at = clock.now();
     let lateness = metrics::histogram!(crate::telemetry::FIRE_LATENESS);
+    end_spans(spans, &results);
     let mut fired = Vec::with_capacity(timers.len());
     let mut error = None;
     for (timer, result) in timers.into_iter().zip(results) {
@@ -296,4 +308,16 @@ async fn publish(
         }
     }
     (fired, error, took)
+}
+
+/// Ends the publish spans (one per event, or none without an exporter) at the broker's answer.
+fn end_spans(spans: Vec<spans::Span>, results: &[crate::ports::Published]) {
+    let answered = std::time::SystemTime::now();
+    for (span, result) in spans.into_iter().zip(results) {
+        let outcome = match result {
+            Ok(stored) => Ok(*stored == Stored::Duplicate),
+            Err(e) => Err(e.0.as_str()),
+        };
+        span.answered(answered, outcome);
+    }
 }

@@ -5,7 +5,7 @@
 //! commit took nothing from any quota.
 //!
 //! Counting a tenant's pending timers walks its range of the pending index, a cost that grows
-//! with what it holds. So a count is taken at most once per [`COUNT_FRESH`] per tenant, and
+//! with what it holds. So a count is taken at most once per [`COUNT_FRESH_MS`] per tenant, and
 //! again only when the limit may be near: between counts, the stored bound (the last count plus
 //! every ScheduleTimer accepted since, by any daemon, each taken as adding a timer) is never
 //! below the truth, since firing and cancelling only lower it.

@@ -8,8 +8,11 @@
 //! The price is at most one slot: under a steady overload a tenant gets its limit per 1.01 s,
 //! 1% short of it.
 //!
-//! Daemons' clocks differ by a few milliseconds: an instant before the newest slot recorded is
-//! taken as that slot, so a command never counts for less than a second.
+//! Clocks differ by a few milliseconds: an instant before the newest slot recorded is taken as
+//! that slot, so a command never counts for less than a second. A clock stepped back by a
+//! window or more would so make the window count for as long as the step (a tenant held to its
+//! limit for the whole of an hour's step): then the slots are moved back with it, keeping their
+//! ages, as if the newest had been recorded at the new now.
 
 use std::collections::VecDeque;
 
@@ -26,12 +29,21 @@ pub struct SlotWindow {
 }
 
 impl SlotWindow {
-    /// The slot of `now_ms`, never before the newest one recorded.
-    fn slot(&self, now_ms: i64) -> i64 {
+    /// The slot of `now_ms`, never before the newest one recorded; the slots moved back first
+    /// when the clock went back by a window or more.
+    fn slot(&mut self, now_ms: i64) -> i64 {
         let slot = now_ms.div_euclid(SLOT_MS);
-        self.slots
-            .back()
-            .map_or(slot, |&(newest, _)| slot.max(newest))
+        match self.slots.back() {
+            Some(&(newest, _)) if newest - slot >= SLOTS => {
+                let step = newest - slot;
+                for (recorded, _) in &mut self.slots {
+                    *recorded -= step;
+                }
+                slot
+            }
+            Some(&(newest, _)) => slot.max(newest),
+            None => slot,
+        }
     }
 
     /// Drops the slots that no longer count at `slot`.
@@ -47,13 +59,16 @@ impl SlotWindow {
 
     /// Whether one more command fits under `limit` at `now_ms`.
     pub fn has_room(&mut self, limit: u32, now_ms: i64) -> bool {
-        self.expire(self.slot(now_ms));
+        let slot = self.slot(now_ms);
+        self.expire(slot);
         self.total < u64::from(limit)
     }
 
-    /// Counts one command accepted at `now_ms`.
+    /// Counts one command accepted at `now_ms` (dropping what no longer counts: a tenant that
+    /// only cancels never asks [`Self::has_room`]).
     pub fn record(&mut self, now_ms: i64) {
         let slot = self.slot(now_ms);
+        self.expire(slot);
         match self.slots.back_mut() {
             Some((newest, n)) if *newest == slot => *n += 1,
             _ => self.slots.push_back((slot, 1)),
@@ -63,7 +78,8 @@ impl SlotWindow {
 
     /// Commands counted at `now_ms`.
     pub fn counted(&mut self, now_ms: i64) -> u64 {
-        self.expire(self.slot(now_ms));
+        let slot = self.slot(now_ms);
+        self.expire(slot);
         self.total
     }
 
@@ -132,6 +148,33 @@ mod tests {
         assert_eq!(window.encode(), "500:2");
         assert!(!window.has_room(2, 5_999));
         assert!(window.has_room(2, 6_010));
+    }
+
+    #[test]
+    fn a_tenant_that_only_cancels_keeps_a_second_of_slots() {
+        let mut window = SlotWindow::default();
+        for at in (0..60_000).step_by(10) {
+            window.record(at);
+        }
+        assert_eq!(window.slots.len() as i64, SLOTS, "a minute of cancels");
+        assert_eq!(window.counted(60_000), 100);
+    }
+
+    #[test]
+    fn a_clock_stepped_back_an_hour_holds_the_tenant_back_a_second_not_an_hour() {
+        let mut window = SlotWindow::default();
+        for at in (0..1_000).step_by(10) {
+            window.record(3_600_000 + at);
+        }
+        // The clock goes back an hour: what was counted in the last second still counts…
+        assert!(!window.has_room(100, 1_000));
+        assert_eq!(window.counted(1_000), 100);
+        // …for the rest of its second, not until the clock is back where it was.
+        assert!(window.has_room(100, 2_000));
+        // A step back within a window counts in the newest slot, as before.
+        window.record(2_100);
+        window.record(2_090);
+        assert_eq!(window.encode(), "210:2");
     }
 
     #[test]

@@ -73,11 +73,20 @@ pub fn check_key(
     disturbed: &[Window],
     verdict: &mut Verdict,
 ) {
-    // (c) a cancel the API answered `cancelled` is never followed by the cancelled firing.
+    // (c) a cancel the API answered `cancelled` is never followed by the cancelled firing,
+    // unless a later schedule of the key set that same dueAt again (a re-sent command).
     let mut api_cancelled = BTreeSet::new();
     for (index, op) in ops.iter().enumerate() {
         if op.outcome == Outcome::Answered(CancelAnswer::Cancelled) {
-            for due in cancelled_dues(ops, index) {
+            let set_again = |due: Instant| {
+                ops[index + 1..]
+                    .iter()
+                    .any(|later| later.due_at() == Some(due))
+            };
+            for due in cancelled_dues(ops, index)
+                .into_iter()
+                .filter(|&due| !set_again(due))
+            {
                 api_cancelled.insert(due);
                 if let Some(&at) = fired.get(&due) {
                     verdict.violate(
@@ -295,6 +304,25 @@ mod tests {
             vec![row("k1", "Reached", Some(5_000))],
         ));
         assert_eq!(broken(&verdict), [Invariant::CancelHolds]);
+    }
+
+    #[test]
+    fn an_event_set_again_after_an_api_cancel_keeps_c() {
+        let verdict = check(&run(
+            vec![
+                schedule("k1", 5_000, 10),
+                op(
+                    "k1",
+                    Command::ApiCancel,
+                    Outcome::Answered(CancelAnswer::Cancelled),
+                    1_000,
+                ),
+                schedule("k1", 5_000, 2_000),
+            ],
+            vec![event("k1", 5_000, 5_001, 5_002)],
+            vec![row("k1", "Reached", Some(5_000))],
+        ));
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
     }
 
     #[test]
