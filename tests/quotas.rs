@@ -12,7 +12,6 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use common::quota_checks::{all_handled, pending, rejections};
 use common::{DaemonProcess, Scratch, TestClient, eventually, rfc3339, schedule_command};
-use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
 use timer_service::config::{HttpSettings, TenantQuotaSettings};
 
@@ -131,54 +130,6 @@ async fn a_burst_past_the_rate_limit_has_exactly_its_excess_rejected() {
         quota_rejections(&addr, "initech", "commands_per_second").await,
         None
     );
-    daemon.shutdown().await.unwrap();
-}
-
-/// A command handed back before its rate was decided (here its stream's epoch could not be
-/// had: another process holds the database's write lock) is decided against the rate when the
-/// broker delivers it again, not waved through as "counted when first delivered".
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commands_handed_back_before_the_rate_was_decided_are_decided_when_they_return() {
-    let server = common::NatsServer::start();
-    let scratch = Scratch::new();
-    if !scratch.sqlite_only("holding the SQLite file's write lock from another connection") {
-        return;
-    }
-    let mut config = common::config(&server, &scratch);
-    config.sqlite.busy_timeout = Duration::from_millis(200);
-    config.quotas.tenants = BTreeMap::from([(
-        "acme".to_owned(),
-        TenantQuotaSettings {
-            commands_per_second: Some(50),
-            ..TenantQuotaSettings::default()
-        },
-    )]);
-    let daemon = timer_service::Daemon::start(config).await.unwrap();
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
-
-    let lock = timer_service::storage::db::connect(&scratch.database(), 1)
-        .await
-        .unwrap();
-    lock.execute_unprepared("BEGIN IMMEDIATE").await.unwrap();
-    let ids: Vec<String> = (0..200).map(|i| format!("a-{i:03}")).collect();
-    client.schedule_many("acme", &ids, later()).await;
-    // Handed back: the consumers have delivered every command at least twice, or so.
-    eventually(
-        Duration::from_secs(20),
-        "the commands delivered again",
-        || async { (client.commands_delivered().await? >= 400).then_some(()) },
-    )
-    .await;
-    lock.execute_unprepared("COMMIT").await.unwrap();
-    all_handled(&client).await;
-
-    assert_eq!(
-        rejections(&client, "acme").await.len(),
-        150,
-        "the burst's excess is refused"
-    );
-    assert_eq!(pending(&scratch, "acme").await, 50);
     daemon.shutdown().await.unwrap();
 }
 

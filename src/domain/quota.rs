@@ -9,7 +9,8 @@
 //!   names, brought up to date command by command.
 //! - [`decide`]: accept one command, or say which limit it exceeds.
 //! - [`TenantQuota`], [`to_count`], [`decide_batch`]: a tenant's stored state, and one
-//!   transaction's commands decided against it.
+//!   transaction's commands decided against it; [`refused_keys`], [`settled_among`]: which
+//!   refused commands their keys had already applied, so that a redelivery is not refused.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -18,7 +19,10 @@ use super::timer::{Action, Command, TimerState};
 
 mod batch;
 mod window;
-pub use batch::{COUNT_FRESH_MS, TenantQuota, decide_batch, limited_tenants, to_count};
+pub use batch::{
+    COUNT_FRESH_MS, TenantQuota, decide_batch, limited_tenants, refused_keys, settled_among,
+    to_count,
+};
 pub use window::{SLOT_MS, SLOTS, SlotWindow};
 
 /// The metric label of a tenant without an override of its own: the label set stays bounded by

@@ -2,7 +2,8 @@
 //! daemon on the database decides against the same state: [`admit`] locks the `tenant_quotas`
 //! row of each limited tenant of the batch (in tenant order, so two transactions cannot
 //! deadlock), counts pending timers where the stored bound does not settle the pending limit,
-//! decides the commands (`domain::quota::decide_batch`), and writes the rows back. A tenant's
+//! decides the commands (`domain::quota::decide_batch`; again, if it refused commands whose keys
+//! had already applied them, without those), and writes the rows back. A tenant's
 //! transactions thus run one after the other, whichever daemon runs them; those of tenants
 //! without limits take no lock.
 //!
@@ -23,7 +24,8 @@ use sea_orm::{
 use super::entity::{Column, Entity};
 use super::{ROWS_PER_STATEMENT, Store, StoreError};
 use crate::domain::quota::{
-    Exceeded, KeyState, Quotas, SlotWindow, TenantPending, TenantQuota, decide_batch, to_count,
+    Exceeded, KeyState, Quotas, SlotWindow, TenantPending, TenantQuota, decide_batch, refused_keys,
+    settled_among, to_count,
 };
 use crate::domain::{Command, TimerState};
 
@@ -70,7 +72,37 @@ pub(super) async fn admit(
         tracing::debug!(tenants = ?to_count, "pending timers counted for the pending limit");
         pending_in(db, &asked).await?
     };
-    let refused = decide_batch(quotas, &mut stored, counted, commands, now_ms);
+    // Decided once; if that refuses commands, those whose key already applied them (a
+    // redelivery after a lost acknowledgement) are settled and the batch decided again from
+    // the same state, so that a refusal never names a stored timer.
+    let (before, counted_before) = (stored.clone(), counted.clone());
+    let mut refused = decide_batch(
+        quotas,
+        &mut stored,
+        counted,
+        commands,
+        &BTreeSet::new(),
+        now_ms,
+    );
+    if !refused.is_empty() {
+        let keys = key_states_in(db, &refused_keys(commands, &refused)).await?;
+        let settled = settled_among(commands, &refused, &keys);
+        if !settled.is_empty() {
+            tracing::debug!(
+                commands = settled.len(),
+                "commands already applied are not refused"
+            );
+            stored = before;
+            refused = decide_batch(
+                quotas,
+                &mut stored,
+                counted_before,
+                commands,
+                &settled,
+                now_ms,
+            );
+        }
+    }
     let rows: Vec<(&String, &TenantQuota)> = stored.iter().collect();
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         save(db, chunk).await?;
@@ -226,10 +258,22 @@ async fn pending_in(
             }
         }
     }
+    for (tenant, keys) in key_states_in(db, asked).await? {
+        if let Some(pending) = out.get_mut(&tenant) {
+            pending.keys = keys;
+        }
+    }
+    Ok(out)
+}
+
+/// The stored state of the keys asked about, by tenant (keys without a row are left out).
+async fn key_states_in(
+    db: &impl ConnectionTrait,
+    asked: &[(String, Vec<String>)],
+) -> Result<HashMap<String, HashMap<String, KeyState>>, StoreError> {
+    let mut out: HashMap<String, HashMap<String, KeyState>> = HashMap::new();
     for (tenant, keys) in asked {
-        let Some(pending) = out.get_mut(tenant) else {
-            continue;
-        };
+        let states = out.entry(tenant.clone()).or_default();
         for chunk in keys.chunks(ROWS_PER_STATEMENT) {
             let rows: Vec<(String, String, i64)> =
                 key_states_query(tenant, chunk).into_tuple().all(db).await?;
@@ -243,9 +287,7 @@ async fn pending_in(
                             reason,
                         })?;
                 let seq = u64::try_from(seq).unwrap_or(0);
-                pending
-                    .keys
-                    .insert(service_call_id, KeyState { state, seq });
+                states.insert(service_call_id, KeyState { state, seq });
             }
         }
     }

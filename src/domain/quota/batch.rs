@@ -10,9 +10,9 @@
 //! every ScheduleTimer accepted since, by any daemon, each taken as adding a timer) is never
 //! below the truth, since firing and cancelling only lower it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{Exceeded, Quotas, SlotWindow, TenantPending, decide};
+use super::{Exceeded, KeyState, Quotas, SlotWindow, TenantPending, decide};
 use crate::domain::timer::{Action, Command};
 
 /// How long a count is trusted as the base of the bound. Only daemons that apply a pending
@@ -92,17 +92,24 @@ pub fn to_count(
 /// Decides `commands`, in their order, at `now_ms`: returns the refused ones by position, and
 /// brings `stored` up to date with the accepted ones. `counted` holds the pending state of the
 /// tenants [`to_count`] named, counted inside the same transaction.
+///
+/// `settled` are the positions of commands their key has already applied (its stored order is
+/// not older): a redelivery after a lost acknowledgement, or an older command. Storing them
+/// changes nothing, so they take nothing from a quota and are never refused: refusing one
+/// would publish a TimerCommandRejected for a timer that is stored and will fire. The storage
+/// reads keys only for commands a first decision refused ([`refused_keys`]).
 pub fn decide_batch(
     quotas: &Quotas,
     stored: &mut HashMap<String, TenantQuota>,
     mut counted: HashMap<String, TenantPending>,
     commands: &[Command],
+    settled: &BTreeSet<usize>,
     now_ms: i64,
 ) -> Vec<(usize, Exceeded)> {
     let mut refused = Vec::new();
     for (i, command) in commands.iter().enumerate() {
         let limits = quotas.limits(&command.tenant_id);
-        if limits.is_unlimited() {
+        if limits.is_unlimited() || settled.contains(&i) {
             continue;
         }
         let quota = stored.entry(command.tenant_id.clone()).or_default();
@@ -125,6 +132,49 @@ pub fn decide_batch(
     refused
 }
 
+/// The keys of the `refused` commands, by tenant: whether each was already applied decides
+/// whether it is [settled](decide_batch).
+pub fn refused_keys(
+    commands: &[Command],
+    refused: &[(usize, Exceeded)],
+) -> Vec<(String, Vec<String>)> {
+    let mut keys: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (i, _) in refused {
+        let command = &commands[*i];
+        keys.entry(&command.tenant_id)
+            .or_default()
+            .insert(&command.service_call_id);
+    }
+    keys.into_iter()
+        .map(|(tenant, ids)| {
+            (
+                tenant.to_owned(),
+                ids.into_iter().map(str::to_owned).collect(),
+            )
+        })
+        .collect()
+}
+
+/// The positions among `refused` whose key, as `stored` by tenant, has applied a command not
+/// older than theirs.
+pub fn settled_among(
+    commands: &[Command],
+    refused: &[(usize, Exceeded)],
+    stored: &HashMap<String, HashMap<String, KeyState>>,
+) -> BTreeSet<usize> {
+    refused
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|i| {
+            let command = &commands[*i];
+            stored
+                .get(&command.tenant_id)
+                .and_then(|keys| keys.get(&command.service_call_id))
+                .is_some_and(|key| key.seq >= command.seq)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +188,10 @@ mod tests {
             Limits::default(),
             HashMap::from([("acme".to_owned(), limits)]),
         )
+    }
+
+    fn none() -> BTreeSet<usize> {
+        BTreeSet::new()
     }
 
     fn batch(tenant: &str, from: u64, n: u64) -> Vec<Command> {
@@ -164,6 +218,7 @@ mod tests {
                 &mut stored,
                 HashMap::new(),
                 &commands,
+                &none(),
                 NOW + daemon as i64,
             );
             assert!(
@@ -190,13 +245,23 @@ mod tests {
             "nothing known"
         );
         let counted = HashMap::from([("acme".to_owned(), TenantPending::default())]);
-        assert!(decide_batch(&quotas, &mut stored, counted, &first, NOW).is_empty());
+        assert!(decide_batch(&quotas, &mut stored, counted, &first, &none(), NOW).is_empty());
         assert_eq!(stored["acme"].pending_most, Some(40));
 
         // Another daemon's 50: within the bound, no count.
         let second = batch("acme", 40, 50);
         assert!(to_count(&quotas, &stored, &second, NOW + 10).is_empty());
-        assert!(decide_batch(&quotas, &mut stored, HashMap::new(), &second, NOW + 10).is_empty());
+        assert!(
+            decide_batch(
+                &quotas,
+                &mut stored,
+                HashMap::new(),
+                &second,
+                &none(),
+                NOW + 10
+            )
+            .is_empty()
+        );
         assert_eq!(stored["acme"].pending_most, Some(90));
 
         // 20 more might pass the limit: counted, and exactly the excess refused.
@@ -209,7 +274,7 @@ mod tests {
                 ..TenantPending::default()
             },
         )]);
-        let refused = decide_batch(&quotas, &mut stored, counted, &third, NOW + 20);
+        let refused = decide_batch(&quotas, &mut stored, counted, &third, &none(), NOW + 20);
         assert_eq!(refused.len(), 10);
         assert!(
             refused
@@ -232,6 +297,72 @@ mod tests {
             to_count(&quotas, &quiet, &batch("acme", 0, 1), NOW + 1_000),
             ["acme"]
         );
+    }
+
+    #[test]
+    fn a_command_its_key_already_applied_is_never_refused_and_takes_no_place() {
+        let quotas = quotas(Limits {
+            commands_per_second: Some(3),
+            ..Limits::default()
+        });
+        // k-0..k-4, then k-9 again: its first delivery committed (seq 9) and its
+        // acknowledgement was lost; k-1 (seq 1) was stored by a newer command (seq 20).
+        let mut commands = batch("acme", 0, 5);
+        commands.push(schedule("acme", "k-9", 9));
+        let mut stored = HashMap::new();
+        let refused = decide_batch(
+            &quotas,
+            &mut stored,
+            HashMap::new(),
+            &commands,
+            &none(),
+            NOW,
+        );
+        let positions: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
+        assert_eq!(positions, [3, 4, 5], "the window holds three");
+        assert_eq!(
+            refused_keys(&commands, &refused),
+            [(
+                "acme".to_owned(),
+                vec!["k-3".into(), "k-4".into(), "k-9".into()]
+            )]
+        );
+
+        let keys = HashMap::from([(
+            "acme".to_owned(),
+            HashMap::from([
+                ("k-9".to_owned(), key(9)),
+                ("k-4".to_owned(), key(3)),
+                ("k-1".to_owned(), key(20)),
+            ]),
+        )]);
+        let settled = settled_among(&commands, &refused, &keys);
+        assert_eq!(
+            settled,
+            BTreeSet::from([5]),
+            "k-4's stored command is older"
+        );
+
+        let mut stored = HashMap::new();
+        let refused = decide_batch(
+            &quotas,
+            &mut stored,
+            HashMap::new(),
+            &commands,
+            &settled,
+            NOW,
+        );
+        let positions: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
+        assert_eq!(positions, [3, 4], "k-9 neither refused nor counted");
+        assert!(!stored["acme"].window.clone().has_room(3, NOW));
+        assert!(stored["acme"].window.clone().has_room(3, NOW + 1_010));
+    }
+
+    fn key(seq: u64) -> KeyState {
+        KeyState {
+            state: crate::domain::TimerState::Scheduled,
+            seq,
+        }
     }
 
     #[test]
