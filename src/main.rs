@@ -96,11 +96,27 @@ fn main() -> ExitCode {
         warning.log();
     }
     if let Some(Command::Backup { to }) = &cli.command {
-        return match runtime.block_on(backup(&config, to)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
+        // A SIGINT or SIGTERM drops the backup, and with it its temporary file: an
+        // interrupted backup leaves nothing behind.
+        let finished = runtime.block_on(async {
+            let interrupted = shutdown_signal();
+            tokio::select! {
+                result = backup(&config, to) => Some(result),
+                () = interrupted => None,
+            }
+        });
+        return match finished {
+            Some(Ok(())) => ExitCode::SUCCESS,
+            Some(Err(e)) => {
                 eprintln!("error: {e}");
                 ExitCode::FAILURE
+            }
+            None => {
+                eprintln!(
+                    "error: the backup was interrupted: nothing was written to {}",
+                    to.display()
+                );
+                ExitCode::from(130)
             }
         };
     }

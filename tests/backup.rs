@@ -7,34 +7,20 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use common::database::PostgresDatabase;
-use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually, lacking, query_rows};
+use common::{
+    DaemonProcess, NatsServer, Scratch, TestClient, backup_command, eventually, lacking, query_rows,
+};
 use timer_service::storage::db::DatabaseTarget;
 
 const TENANT: &str = "acme";
 /// Timers of the load, one every millisecond or so, each due 0.5–3.5 s after it is sent: while
 /// the backup is taken some have fired, some are stored and pending, some not sent yet.
 const LOAD: usize = 3_000;
-
-/// `timer-service backup` with the settings a test daemon gets (`DaemonProcess`): the SQLite
-/// file in `dir`, no configuration file.
-fn backup_command(dir: &Path, to: &Path, env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_timer-service"))
-        .arg("--config")
-        .arg(dir.join("absent-config.toml"))
-        .arg("backup")
-        .arg("--to")
-        .arg(to)
-        .env("TIMER_DB_PATH", dir.join("timers.db"))
-        .env_remove("TIMER_DATABASE_URL")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run timer-service backup")
-}
 
 /// Publishes [`LOAD`] ScheduleTimers, about one a millisecond, each due 0.5–3.5 s after it is
 /// sent; returns once the broker has stored all.
@@ -116,6 +102,12 @@ async fn a_backup_under_load_restored_fires_every_timer_pending_in_it() {
     } else {
         let out = backup_command(scratch.dir.path(), &backup_file, &[]);
         assert!(out.status.success(), "backup failed: {out:?}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&backup_file)
+            .expect("the copy")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the copy is its owner's only");
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(said.contains("pending"), "{said}");
         eprintln!("{}", said.trim());

@@ -134,7 +134,9 @@ pub struct Args {
     /// The whale's concurrent requesters, each asking again as soon as it is answered.
     #[arg(long, default_value_t = 32)]
     pub reads_requesters: usize,
-    /// Another build of `timer-service` (an earlier version), measured alternately with this one
+    /// Another build of `timer-service` (a version before the command stream's lines: its
+    /// stream is made with one line, which a build with lines first drains, so a newer baseline
+    /// ingests at about half its speed), measured alternately with this one
     /// within each run in every figure a target compares with it: the heavy reads, the noisy
     /// neighbour, the steady loads (SQLite; PostgreSQL with 1–3 daemons), ingest and fire at the
     /// default batch and at `batch_size = 1000`, lateness beside the Janitor's backlog, the

@@ -3,6 +3,7 @@
 //! wire contract with plain JSON.
 #![allow(dead_code, unused_imports)]
 
+mod backups;
 pub mod database;
 pub mod doubles;
 pub mod nats_cluster;
@@ -12,6 +13,7 @@ pub mod postgres_cluster;
 pub mod quota_checks;
 mod small_disk;
 mod support;
+pub use backups::{backup_command, backup_process};
 pub use nats_server::{NatsServer, free_port};
 pub use postgres_cluster::PostgresCluster;
 pub use small_disk::SmallDisk;
