@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use common::database::PostgresDatabase;
 use common::{
-    DaemonProcess, NatsServer, Scratch, TestClient, backup_command, eventually, lacking, query_rows,
+    DaemonProcess, NatsServer, Scratch, TestClient, backup_command, eventually, lacking, partials,
+    query_rows,
 };
 use timer_service::storage::db::DatabaseTarget;
 
@@ -253,13 +254,7 @@ fn the_backup_refuses_to_overwrite_a_file_and_to_copy_postgresql() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(said.contains("no database file"), "{said}");
     assert!(!fresh.exists() && !Path::new("/nonexistent/timers.db").exists());
-    let leftovers: Vec<_> = std::fs::read_dir(dir)
-        .expect("dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|name| name.to_string_lossy().contains("partial"))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert!(partials(dir).is_empty(), "{:?}", partials(dir));
 }
 
 /// A file that is not a timer database is refused and left as it was: its journal mode (kept in
@@ -302,11 +297,9 @@ async fn a_file_that_is_not_a_timer_database_is_refused_and_left_as_it_was() {
         "delete",
         "the refused file was changed"
     );
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
-        .expect("dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|name| name.to_string_lossy().contains("partial"))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert!(
+        partials(dir.path()).is_empty(),
+        "{:?}",
+        partials(dir.path())
+    );
 }

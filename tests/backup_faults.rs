@@ -6,11 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{SmallDisk, backup_command, backup_process, prefill_sql, query_rows};
+use common::{SmallDisk, backup_command, backup_process, partials, prefill_sql, query_rows};
 use sea_orm::ConnectionTrait;
 
 use timer_service::storage::db::{DatabaseTarget, migrate};
@@ -34,16 +34,6 @@ async fn timers_in(target: &DatabaseTarget) -> i64 {
         row.try_get_by_index::<i64>(0).expect("count")
     })
     .await[0]
-}
-
-/// Files in `dir` whose name holds `partial`: a backup's temporary copies.
-fn partials(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .expect("dir")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().contains("partial"))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -44,6 +44,17 @@ async fn publish(client: &TestClient, tenant: &str, ids: &[String]) -> Vec<u64> 
     sequences
 }
 
+/// The service call ids of `tenant`'s rejected commands, sorted.
+async fn refused_ids(client: &TestClient, tenant: &str) -> Vec<String> {
+    let mut ids: Vec<String> = rejections(client, tenant)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// A ScheduleTimer whose transaction committed but whose acknowledgement was lost comes again
 /// behind a burst that fills its tenant's limit. It is not refused: a TimerCommandRejected
 /// would name a timer that is stored and will fire. Tenant acme is limited to 50 commands a
@@ -94,21 +105,13 @@ async fn a_command_stored_before_its_ack_was_lost_is_not_refused_when_it_comes_a
     let refused = |tenant: &str, from: usize, to: usize| -> Vec<String> {
         (from..to).map(|i| format!("{tenant}-{i:03}")).collect()
     };
-    let mut acme: Vec<String> = rejections(&client, "acme")
-        .await
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
-    acme.sort_unstable();
-    assert_eq!(acme, refused("acme", 50, 60), "the burst's excess only");
-    let mut globex: Vec<String> = rejections(&client, "globex")
-        .await
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
-    globex.sort_unstable();
     assert_eq!(
-        globex,
+        refused_ids(&client, "acme").await,
+        refused("acme", 50, 60),
+        "the burst's excess only"
+    );
+    assert_eq!(
+        refused_ids(&client, "globex").await,
         refused("globex", 49, 60),
         "the stored timer holds one of the 50 places"
     );

@@ -1,6 +1,6 @@
 //! `timer-service backup` as the tests run it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// `timer-service backup --to to` with the settings a test daemon gets (`DaemonProcess`): the
@@ -24,4 +24,17 @@ pub fn backup_process(dir: &Path, to: &Path, env: &[(&str, &str)]) -> Command {
         .env_remove("TIMER_DATABASE_URL")
         .envs(env.iter().copied());
     command
+}
+
+/// Files in `dir` whose name holds `partial`: a backup's temporary copies.
+pub fn partials(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains("partial"))
+        })
+        .collect()
 }
