@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use common::database::PostgresDatabase;
 use common::{
-    DaemonProcess, NatsServer, Scratch, TestClient, backup_command, eventually, lacking, partials,
-    query_rows,
+    DaemonProcess, NatsServer, Scratch, TestClient, backup_command, eventually, lacking,
+    output_within, partials, query_rows,
 };
 use timer_service::storage::db::DatabaseTarget;
 
@@ -175,6 +175,10 @@ enum Restored {
     Postgres(PostgresDatabase),
 }
 
+/// How long `pg_dump` or `pg_restore` of the load's few thousand rows may take (both take well
+/// under a second here).
+const PG_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A PostgreSQL client program: `PG_BIN_DIR`'s, else the newest `/usr/lib/postgresql/*/bin`'s,
 /// else the one on `PATH`.
 fn pg_program(name: &str) -> PathBuf {
@@ -188,12 +192,9 @@ fn pg_program(name: &str) -> PathBuf {
 /// has no pg_dump (skipped, or failed under CI).
 fn pg_dump(scratch: &Scratch, to: &Path) -> bool {
     let url = scratch.database_url().expect("a PostgreSQL run");
-    match Command::new(pg_program("pg_dump"))
-        .args(["--format=custom", "--file"])
-        .arg(to)
-        .arg(&url)
-        .output()
-    {
+    let mut dump = Command::new(pg_program("pg_dump"));
+    dump.args(["--format=custom", "--file"]).arg(to).arg(&url);
+    match output_within(&mut dump, PG_TOOL_TIMEOUT) {
         Ok(out) => {
             assert!(out.status.success(), "pg_dump failed: {out:?}");
             true
@@ -208,12 +209,12 @@ fn pg_dump(scratch: &Scratch, to: &Path) -> bool {
 /// `pg_restore` of `dump` into a new database.
 fn pg_restore(dump: &Path) -> Option<Restored> {
     let db = PostgresDatabase::create().expect("a database to restore into");
-    match Command::new(pg_program("pg_restore"))
+    let mut restore = Command::new(pg_program("pg_restore"));
+    restore
         .args(["--no-owner", "--exit-on-error", "--dbname"])
         .arg(&db.url)
-        .arg(dump)
-        .output()
-    {
+        .arg(dump);
+    match output_within(&mut restore, PG_TOOL_TIMEOUT) {
         Ok(out) => {
             assert!(out.status.success(), "pg_restore failed: {out:?}");
             Some(Restored::Postgres(db))

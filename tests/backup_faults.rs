@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{SmallDisk, backup_command, backup_process, partials, prefill_sql, query_rows};
+use common::{
+    SmallDisk, backup_command, backup_process, exit_within, partials, prefill_sql, query_rows,
+};
 use sea_orm::ConnectionTrait;
 
 use timer_service::storage::db::{DatabaseTarget, migrate};
@@ -113,7 +115,7 @@ async fn an_interrupted_backup_leaves_nothing_behind() {
         libc::kill(pid, libc::SIGINT);
         libc::kill(pid, libc::SIGCONT);
     }
-    let status = wait_timeout(&mut backup, Duration::from_secs(30));
+    let status = exit_within(&mut backup, Duration::from_secs(30));
     let mut said = String::new();
     use std::io::Read;
     backup
@@ -135,19 +137,4 @@ async fn an_interrupted_backup_leaves_nothing_behind() {
         partials(dir.path())
     );
     assert_eq!(timers_in(&database).await, 200_000);
-}
-
-/// The child's exit status, waiting at most `timeout` (then it is killed and the test fails).
-fn wait_timeout(child: &mut std::process::Child, timeout: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("the backup did not end within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }

@@ -1,7 +1,9 @@
 //! `timer-service backup` as the tests run it.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// `timer-service backup --to to` with the settings a test daemon gets (`DaemonProcess`): the
 /// SQLite file `timers.db` in `dir`, no configuration file; `env` added.
@@ -37,4 +39,43 @@ pub fn partials(dir: &Path) -> Vec<PathBuf> {
                 .is_some_and(|n| n.to_string_lossy().contains("partial"))
         })
         .collect()
+}
+
+/// Runs `command` as [`Command::output`] does, for at most `timeout`: past it the process is
+/// killed and the test fails. `Err` when it cannot be started. Its output must fit the pipes
+/// (64 KiB each): it is read once the process has exited.
+pub fn output_within(command: &mut Command, timeout: Duration) -> std::io::Result<Output> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let status = exit_within(&mut child, timeout);
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_end(&mut stdout)?;
+    }
+    if let Some(mut err) = child.stderr.take() {
+        err.read_to_end(&mut stderr)?;
+    }
+    Ok(Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// The child's exit status, waiting at most `timeout` (then it is killed and the test fails).
+pub fn exit_within(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process did not end within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
