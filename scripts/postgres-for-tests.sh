@@ -15,13 +15,14 @@ dir=${PG_TEST_DIR:-/tmp/timer-service-test-postgres}
 port=${PG_TEST_PORT:-55432}
 own_url="postgres://postgres@127.0.0.1:$port/postgres"
 
+# The server binaries' directory, or nothing (never a failure: callers test for empty).
 bindir() {
   if [ -n "${PG_BIN_DIR:-}" ]; then
-    [ -x "$PG_BIN_DIR/initdb" ] && echo "$PG_BIN_DIR"
-    return
+    if [ -x "$PG_BIN_DIR/initdb" ]; then echo "$PG_BIN_DIR"; fi
+    return 0
   fi
-  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | while read -r d; do
-    [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && echo "$d"
+  { ls -d /usr/lib/postgresql/*/bin 2>/dev/null || true; } | sort -V | while read -r d; do
+    if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then echo "$d"; fi
   done | tail -n1
 }
 
