@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::quota_checks::{self, Flood};
+use common::quota_checks;
 use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually};
 use futures::StreamExt;
 use timer_service::domain::timestamp::parse_stored;
@@ -134,30 +134,10 @@ async fn daemons_with_wrong_clocks_keep_a_tenants_rate() {
         .await;
     }
     let later = Utc::now() + chrono::Duration::days(1);
-    let readings = quota_checks::sample_timers(&scratch, "acme", Duration::from_millis(3_500));
-    let flood = quota_checks::flood(&client, &scratch, "acme", "r", later).await;
-    let Flood {
-        sent,
-        fed,
-        accepted,
-        refused,
-        ..
-    } = flood;
-    assert_eq!(
-        accepted + refused,
-        sent as f64,
-        "every command decided once"
-    );
-    // No second of real time took in more than the limit.
-    let most = quota_checks::most_within_a_second(&readings.await.unwrap());
-    assert!(
-        most <= 100,
-        "{most} accepted within less than a second of real time, past the limit of 100"
-    );
-    assert!(
-        accepted >= 100.0 * (fed - 1.0) / 2.0,
-        "{accepted} accepted in a {fed:.2} s feed at 4 times the limit: the clocks starved it"
-    );
+    // Every second of real time at most the limit, whichever daemon's clock decided.
+    quota_checks::flood(&client, &scratch, "acme", "r", later)
+        .await
+        .assert_within(100.0);
     for daemon in daemons {
         daemon.kill9();
     }

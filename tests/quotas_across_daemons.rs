@@ -15,9 +15,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use chrono::{TimeZone, Utc};
-use common::quota_checks::{
-    Flood, all_handled, flood, most_within_a_second, pending, rejections, sample_timers,
-};
+use common::quota_checks::{all_handled, flood, pending, rejections};
 use common::{DaemonProcess, NatsServer, Scratch, TestClient};
 use timer_service::config::TenantQuotaSettings;
 use timer_service::{Config, Daemon};
@@ -82,32 +80,9 @@ async fn the_limits_hold_for_the_tenant_whatever_the_number_of_daemons() {
     // The rate: 4 times the limit for 3 s. Every second, at most the limit goes in, whichever
     // daemon takes the commands; nothing accepted falls outside the span from the first
     // command sent to the last handled.
-    let readings = sample_timers(&scratch, "acme", Duration::from_millis(3_500));
-    let Flood {
-        sent,
-        fed,
-        span,
-        accepted,
-        refused,
-    } = flood(&client, &scratch, "acme", "a", later).await;
-    assert_eq!(
-        accepted + refused,
-        sent as f64,
-        "every command decided once"
-    );
-    assert!(
-        accepted <= 100.0 * (span + 1.0),
-        "{accepted} accepted within {span:.2} s: more than 100 per second"
-    );
-    assert!(
-        accepted >= 100.0 * (fed - 1.0),
-        "{accepted} accepted in a {fed:.2} s feed at 4 times the limit"
-    );
-    let most = most_within_a_second(&readings.await.unwrap());
-    assert!(
-        most <= 100,
-        "{most} accepted within less than a second of real time, past the limit of 100"
-    );
+    flood(&client, &scratch, "acme", "a", later)
+        .await
+        .assert_within(100.0);
     for daemon in daemons {
         daemon.shutdown().await.unwrap();
     }
@@ -216,6 +191,11 @@ async fn a_daemon_frozen_holding_a_tenants_quota_row_holds_no_one_back_past_the_
         "{sent} commands decided {} ms after a daemon froze holding the quota row: \
          {accepted} pending, {refused} refused",
         took.as_millis()
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "the frozen daemon held the tenant back {took:?}, past the session limit (3 s) and the \
+         ack wait (4 s) of the commands it held"
     );
     assert_eq!(
         accepted, 300,

@@ -177,8 +177,6 @@ async fn data_past_the_limit_is_rejected_and_the_rest_of_its_batch_is_stored() {
     daemon.shutdown().await.expect("shutdown");
 }
 
-/// The store carries data through every way a row travels: the upsert, `get`, `list`, both
-/// claims for firing (in `dueAt` order, and a share per tenant), and the cancel.
 /// The daemon stores only data it checked; a row whose data is not JSON (written by hand, a
 /// damaged file) fires without it, and the timers after it fire as ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,12 +192,18 @@ async fn a_timer_whose_stored_data_is_not_json_fires_without_it_and_holds_no_one
     )
     .await;
     client.barrier("acme").await;
-    common::query_rows(
+    let damaged_rows = common::query_rows(
         &scratch.database(),
-        "UPDATE timer_schedules SET data = '{not json' WHERE service_call_id = 'damaged'",
+        "UPDATE timer_schedules SET data = '{not json' \
+         WHERE service_call_id = 'damaged' AND state = 'Scheduled' RETURNING service_call_id",
         |_| (),
     )
     .await;
+    assert_eq!(
+        damaged_rows.len(),
+        1,
+        "the pending row damaged before it fired"
+    );
     let damaged = client
         .await_due("acme", "damaged", Duration::from_secs(15))
         .await;
@@ -215,6 +219,8 @@ async fn a_timer_whose_stored_data_is_not_json_fires_without_it_and_holds_no_one
     daemon.shutdown().await.unwrap();
 }
 
+/// The store carries data through every way a row travels: the upsert, `get`, `list`, both
+/// claims for firing (in `dueAt` order, and a share per tenant), and the cancel.
 #[tokio::test]
 async fn the_store_returns_the_data_from_every_read_and_claim() {
     let scratch = Scratch::new();

@@ -9,8 +9,8 @@
 //!   names, brought up to date command by command.
 //! - [`decide`]: accept one command, or say which limit it exceeds.
 //! - [`TenantQuota`], [`to_count`], [`decide_batch`]: a tenant's stored state, and one
-//!   transaction's commands decided against it; [`refused_keys`], [`settled_among`]: which
-//!   refused commands their keys had already applied, so that a redelivery is not refused.
+//!   transaction's commands decided against it; [`crowded_keys`], [`settled`]: which commands
+//!   their keys had already applied, so that a redelivery is never refused.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -20,8 +20,8 @@ use super::timer::{Action, Command, TimerState};
 mod batch;
 mod window;
 pub use batch::{
-    COUNT_FRESH_MS, TenantQuota, decide_batch, limited_tenants, refused_keys, settled_among,
-    to_count,
+    COUNT_FRESH_MS, TenantQuota, crowded_keys, decide_batch, keys_by_tenant, limited_tenants,
+    settled, to_count,
 };
 pub use window::{SLOT_MS, SLOTS, SlotWindow};
 
@@ -146,6 +146,13 @@ pub struct KeyState {
     pub seq: u64,
 }
 
+impl KeyState {
+    /// Whether the key has applied `command` or a newer one: storing it changes nothing.
+    pub fn has_applied(&self, command: &Command) -> bool {
+        command.seq <= self.seq
+    }
+}
+
 /// One tenant's pending timers and the stored state of the keys a batch names, as the database
 /// had them, then brought up to date by each command accepted since ([`Self::apply`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -165,7 +172,7 @@ impl TenantPending {
         }
         match self.keys.get(&command.service_call_id) {
             None => true,
-            Some(key) => key.state == TimerState::Cancelled && command.seq > key.seq,
+            Some(key) => key.state == TimerState::Cancelled && !key.has_applied(command),
         }
     }
 
@@ -175,7 +182,7 @@ impl TenantPending {
     pub fn apply(&mut self, command: &Command) {
         let current = self.keys.get(&command.service_call_id).copied();
         let next = match (current, &command.action) {
-            (Some(key), _) if key.state == TimerState::Reached || command.seq <= key.seq => {
+            (Some(key), _) if key.state == TimerState::Reached || key.has_applied(command) => {
                 return;
             }
             (None, Action::Schedule { .. }) => {

@@ -2,8 +2,9 @@
 //! daemon on the database decides against the same state: [`admit`] locks the `tenant_quotas`
 //! row of each limited tenant of the batch (in tenant order, so two transactions cannot
 //! deadlock), counts pending timers where the stored bound does not settle the pending limit,
-//! decides the commands (`domain::quota::decide_batch`; again, if it refused commands whose keys
-//! had already applied them, without those), and writes the rows back. A tenant's
+//! reads the keys of tenants whose rate window may fill (to find the commands their keys have
+//! already applied, never refused), decides the commands (`domain::quota::decide_batch`), and
+//! writes the rows back. A tenant's
 //! transactions thus run one after the other, whichever daemon runs them; those of tenants
 //! without limits take no lock.
 //!
@@ -14,7 +15,7 @@
 //! The count walks the tenant's `Scheduled` entries of `idx_timer_schedules_tenant_state`; the
 //! keys a batch names are read by primary key.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use sea_orm::sea_query::{Alias, Expr, OnConflict, Query};
 use sea_orm::{
@@ -24,8 +25,8 @@ use sea_orm::{
 use super::entity::{Column, Entity};
 use super::{ROWS_PER_STATEMENT, Store, StoreError};
 use crate::domain::quota::{
-    Exceeded, KeyState, Quotas, SlotWindow, TenantPending, TenantQuota, decide_batch, refused_keys,
-    settled_among, to_count,
+    Exceeded, KeyState, Quotas, SlotWindow, TenantPending, TenantQuota, crowded_keys, decide_batch,
+    keys_by_tenant, settled, to_count,
 };
 use crate::domain::{Command, TimerState};
 
@@ -49,60 +50,30 @@ pub(super) async fn admit(
     for chunk in tenants.chunks(ROWS_PER_STATEMENT) {
         let (rows, at) = lock(db, chunk).await?;
         stored.extend(rows);
-        server_ms = server_ms.or(at);
+        server_ms = server_ms.max(at);
     }
     let now_ms = server_ms.unwrap_or(now_ms);
     let to_count = to_count(quotas, &stored, commands, now_ms);
     let counted = if to_count.is_empty() {
         HashMap::new()
     } else {
-        let mut asked: HashMap<&str, BTreeSet<&str>> = to_count
-            .iter()
-            .map(|t| (t.as_str(), BTreeSet::new()))
-            .collect();
-        for command in commands {
-            if let Some(keys) = asked.get_mut(command.tenant_id.as_str()) {
-                keys.insert(&command.service_call_id);
-            }
-        }
-        let asked: Vec<(String, Vec<String>)> = asked
-            .into_iter()
-            .map(|(t, keys)| (t.to_owned(), keys.into_iter().map(str::to_owned).collect()))
-            .collect();
         tracing::debug!(tenants = ?to_count, "pending timers counted for the pending limit");
+        let asked = keys_by_tenant(commands.iter().filter(|c| to_count.contains(&c.tenant_id)));
         pending_in(db, &asked).await?
     };
-    // Decided once; if that refuses commands, those whose key already applied them (a
-    // redelivery after a lost acknowledgement) are settled and the batch decided again from
-    // the same state, so that a refusal never names a stored timer.
-    let (before, counted_before) = (stored.clone(), counted.clone());
-    let mut refused = decide_batch(
-        quotas,
-        &mut stored,
-        counted,
-        commands,
-        &BTreeSet::new(),
-        now_ms,
-    );
-    if !refused.is_empty() {
-        let keys = key_states_in(db, &refused_keys(commands, &refused)).await?;
-        let settled = settled_among(commands, &refused, &keys);
-        if !settled.is_empty() {
-            tracing::debug!(
-                commands = settled.len(),
-                "commands already applied are not refused"
-            );
-            stored = before;
-            refused = decide_batch(
-                quotas,
-                &mut stored,
-                counted_before,
-                commands,
-                &settled,
-                now_ms,
-            );
-        }
+    // Commands their keys have already applied (a redelivery after a lost acknowledgement)
+    // are never refused: the keys of counted tenants came with the count, those of tenants
+    // whose window may fill are read here.
+    let crowded = crowded_keys(quotas, &stored, &counted, commands, now_ms);
+    let read = key_states_in(db, &crowded).await?;
+    let settled = settled(commands, &counted, &read);
+    if !settled.is_empty() {
+        tracing::debug!(
+            commands = settled.len(),
+            "commands already applied are not refused"
+        );
     }
+    let refused = decide_batch(quotas, &mut stored, counted, commands, &settled, now_ms);
     let rows: Vec<(&String, &TenantQuota)> = stored.iter().collect();
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         save(db, chunk).await?;
@@ -112,8 +83,9 @@ pub(super) async fn admit(
 
 const TABLE: &str = "tenant_quotas";
 
-/// The PostgreSQL server's clock when the statement began, in milliseconds since the epoch.
-const SERVER_MS: &str = "(EXTRACT(EPOCH FROM statement_timestamp()) * 1000)::bigint";
+/// The PostgreSQL server's clock as each row is returned, so after its lock was granted (a
+/// statement's start could be a lock wait earlier), in milliseconds since the epoch.
+const SERVER_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS server_ms";
 
 /// Locks the rows of `tenants` (made when missing) until the transaction ends, and reads them;
 /// on PostgreSQL also the server's clock.
@@ -149,7 +121,7 @@ async fn lock(
     let mut server_ms = None;
     for row in rows {
         if server_clock {
-            server_ms = Some(row.try_get_by_index::<i64>(4)?);
+            server_ms = server_ms.max(Some(row.try_get::<i64>("", "server_ms")?));
         }
         let tenant: String = row.try_get("", "tenant_id")?;
         let window: String = row.try_get("", "rate_window")?;

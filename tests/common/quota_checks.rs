@@ -2,6 +2,8 @@
 //! timers (once, or sampled while the flood goes on), whether every command was handled, and the
 //! rejections published.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -18,10 +20,48 @@ pub struct Flood {
     /// The tenant's pending timers (every key was new), and its rejections.
     pub accepted: f64,
     pub refused: f64,
+    /// The most timers the tenant gained within less than a second of real time, sampled
+    /// every 25 ms from before the feed until every command was handled.
+    pub most_in_a_second: i64,
+}
+
+impl Flood {
+    /// The rate promise at `limit` commands per second (docs/CONTRACT.md §9): every command
+    /// decided once; never more than the limit within a second of real time, nor over the
+    /// whole span; and at four times the limit, not starved below it over the feed.
+    pub fn assert_within(&self, limit: f64) {
+        let Self {
+            sent,
+            fed,
+            span,
+            accepted,
+            refused,
+            most_in_a_second,
+        } = *self;
+        assert_eq!(
+            accepted + refused,
+            sent as f64,
+            "every command decided once"
+        );
+        assert!(
+            most_in_a_second as f64 <= limit,
+            "{most_in_a_second} accepted within less than a second of real time, past the limit \
+             of {limit}"
+        );
+        assert!(
+            accepted <= limit * (span + 1.0),
+            "{accepted} accepted within {span:.2} s: more than {limit} per second"
+        );
+        assert!(
+            accepted >= limit * (fed - 1.0),
+            "{accepted} accepted in a {fed:.2} s feed at 4 times the limit of {limit}"
+        );
+    }
 }
 
 /// Feeds `tenant` four new keys (`<prefix>-<n>`, due at `due`) every 10 ms for 3 s, 400
-/// commands a second, then waits until every command is handled, and counts.
+/// commands a second, then waits until every command is handled, and counts; the tenant's
+/// timers are sampled throughout.
 pub async fn flood(
     client: &TestClient,
     scratch: &Scratch,
@@ -29,6 +69,8 @@ pub async fn flood(
     prefix: &str,
     due: DateTime<Utc>,
 ) -> Flood {
+    let handled = Arc::new(AtomicBool::new(false));
+    let readings = sample_timers(scratch, tenant, handled.clone());
     let started = Instant::now();
     let mut sent = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(10));
@@ -43,29 +85,32 @@ pub async fn flood(
     let fed = started.elapsed().as_secs_f64();
     all_handled(client).await;
     let span = started.elapsed().as_secs_f64();
+    handled.store(true, Ordering::Relaxed);
     let flood = Flood {
         sent,
         fed,
         span,
         accepted: pending(scratch, tenant).await as f64,
         refused: rejections(client, tenant).await.len() as f64,
+        most_in_a_second: most_within_a_second(&readings.await.expect("the sampling")),
     };
     eprintln!(
         "{tenant}: {sent} sent in {fed:.2} s, handled within {span:.2} s: {} accepted \
-         ({:.1}/s over the feed), {} refused",
+         ({:.1}/s over the feed, at most {} within a second), {} refused",
         flood.accepted,
         flood.accepted / fed,
+        flood.most_in_a_second,
         flood.refused
     );
     flood
 }
 
-/// Reads `tenant`'s timers every 25 ms for `lasting`, on a connection of its own, with the
-/// test's clock: pass the readings to [`most_within_a_second`].
-pub fn sample_timers(
+/// Reads `tenant`'s timers every 25 ms, on a connection of its own, with the test's clock,
+/// until `done` (and once more after it).
+fn sample_timers(
     scratch: &Scratch,
     tenant: &str,
-    lasting: Duration,
+    done: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<Vec<(Instant, i64)>> {
     let database = scratch.database();
     let sql = format!("SELECT count(*) FROM timer_schedules WHERE tenant_id = '{tenant}'");
@@ -75,21 +120,23 @@ pub fn sample_timers(
             .await
             .expect("open the database");
         let mut readings = Vec::new();
-        let started = Instant::now();
-        while started.elapsed() < lasting {
+        loop {
+            let last = done.load(Ordering::Relaxed);
             let statement = Statement::from_string(db.get_database_backend(), sql.clone());
             let row = db.query_one_raw(statement).await.expect("count");
             let count = row.map_or(0, |row| row.try_get_by_index::<i64>(0).expect("count"));
             readings.push((Instant::now(), count));
+            if last {
+                return readings;
+            }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        readings
     })
 }
 
 /// The most timers added between two readings less than 0.95 s apart (a reading takes a few
 /// milliseconds): what a second of real time took in, at most.
-pub fn most_within_a_second(readings: &[(Instant, i64)]) -> i64 {
+fn most_within_a_second(readings: &[(Instant, i64)]) -> i64 {
     let mut most = 0;
     for (i, (at, count)) in readings.iter().enumerate() {
         for (later_at, later_count) in &readings[i + 1..] {

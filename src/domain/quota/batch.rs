@@ -93,11 +93,12 @@ pub fn to_count(
 /// brings `stored` up to date with the accepted ones. `counted` holds the pending state of the
 /// tenants [`to_count`] named, counted inside the same transaction.
 ///
-/// `settled` are the positions of commands their key has already applied (its stored order is
-/// not older): a redelivery after a lost acknowledgement, or an older command. Storing them
-/// changes nothing, so they take nothing from a quota and are never refused: refusing one
-/// would publish a TimerCommandRejected for a timer that is stored and will fire. The storage
-/// reads keys only for commands a first decision refused ([`refused_keys`]).
+/// `settled` are the positions of commands their key has already applied ([`settled`]): a
+/// redelivery after a lost acknowledgement, or an older command. Storing them changes
+/// nothing, so they take nothing from a quota and are never refused: refusing one would
+/// publish a TimerCommandRejected for a timer that is stored and will fire. Keys are known for
+/// counted tenants and read for crowded ones ([`crowded_keys`]); a command of a tenant whose
+/// window holds the whole batch is decided without, and may so count in the window.
 pub fn decide_batch(
     quotas: &Quotas,
     stored: &mut HashMap<String, TenantQuota>,
@@ -132,15 +133,12 @@ pub fn decide_batch(
     refused
 }
 
-/// The keys of the `refused` commands, by tenant: whether each was already applied decides
-/// whether it is [settled](decide_batch).
-pub fn refused_keys(
-    commands: &[Command],
-    refused: &[(usize, Exceeded)],
+/// The keys the `commands` name, by tenant, in tenant order.
+pub fn keys_by_tenant<'a>(
+    commands: impl IntoIterator<Item = &'a Command>,
 ) -> Vec<(String, Vec<String>)> {
     let mut keys: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for (i, _) in refused {
-        let command = &commands[*i];
+    for command in commands {
         keys.entry(&command.tenant_id)
             .or_default()
             .insert(&command.service_call_id);
@@ -155,23 +153,57 @@ pub fn refused_keys(
         .collect()
 }
 
-/// The positions among `refused` whose key, as `stored` by tenant, has applied a command not
-/// older than theirs.
-pub fn settled_among(
+/// The keys whose stored state the storage must read to find the [settled](decide_batch)
+/// commands of tenants not `counted` (whose keys were read with their count): those of each
+/// rate-limited tenant whose window may not hold all its commands of the batch at `now_ms`.
+/// While it holds them all, nothing is read, and a command already applied counts like any
+/// other.
+pub fn crowded_keys(
+    quotas: &Quotas,
+    stored: &HashMap<String, TenantQuota>,
+    counted: &HashMap<String, TenantPending>,
     commands: &[Command],
-    refused: &[(usize, Exceeded)],
-    stored: &HashMap<String, HashMap<String, KeyState>>,
+    now_ms: i64,
+) -> Vec<(String, Vec<String>)> {
+    let mut in_batch: HashMap<&str, u64> = HashMap::new();
+    for command in commands {
+        *in_batch.entry(&command.tenant_id).or_default() += 1;
+    }
+    let crowded = |tenant: &str| {
+        let Some(limit) = quotas.limits(tenant).commands_per_second else {
+            return false;
+        };
+        if counted.contains_key(tenant) {
+            return false;
+        }
+        let mut window = stored
+            .get(tenant)
+            .map(|quota| quota.window.clone())
+            .unwrap_or_default();
+        window.counted(now_ms) + in_batch[tenant] > u64::from(limit)
+    };
+    keys_by_tenant(commands.iter().filter(|c| crowded(&c.tenant_id)))
+}
+
+/// The positions of the `commands` whose key has already applied them, by the key states
+/// `counted` with the pending counts and those `read` for [`crowded_keys`].
+pub fn settled(
+    commands: &[Command],
+    counted: &HashMap<String, TenantPending>,
+    read: &HashMap<String, HashMap<String, KeyState>>,
 ) -> BTreeSet<usize> {
-    refused
+    commands
         .iter()
-        .map(|(i, _)| *i)
-        .filter(|i| {
-            let command = &commands[*i];
-            stored
+        .enumerate()
+        .filter(|(_, command)| {
+            let keys = counted
                 .get(&command.tenant_id)
-                .and_then(|keys| keys.get(&command.service_call_id))
-                .is_some_and(|key| key.seq >= command.seq)
+                .map(|pending| &pending.keys)
+                .or_else(|| read.get(&command.tenant_id));
+            keys.and_then(|keys| keys.get(&command.service_call_id))
+                .is_some_and(|key| key.has_applied(command))
         })
+        .map(|(i, _)| i)
         .collect()
 }
 
@@ -306,29 +338,24 @@ mod tests {
             ..Limits::default()
         });
         // k-0..k-4, then k-9 again: its first delivery committed (seq 9) and its
-        // acknowledgement was lost; k-1 (seq 1) was stored by a newer command (seq 20).
+        // acknowledgement was lost. k-1 (seq 1) was stored by a newer command (seq 20); k-4's
+        // stored command (seq 3) is older than the one here.
         let mut commands = batch("acme", 0, 5);
         commands.push(schedule("acme", "k-9", 9));
         let mut stored = HashMap::new();
-        let refused = decide_batch(
-            &quotas,
-            &mut stored,
-            HashMap::new(),
-            &commands,
-            &none(),
-            NOW,
-        );
-        let positions: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
-        assert_eq!(positions, [3, 4, 5], "the window holds three");
+        let none_counted = HashMap::new();
+        let crowded = crowded_keys(&quotas, &stored, &none_counted, &commands, NOW);
         assert_eq!(
-            refused_keys(&commands, &refused),
+            crowded,
             [(
                 "acme".to_owned(),
-                vec!["k-3".into(), "k-4".into(), "k-9".into()]
-            )]
+                ["k-0", "k-1", "k-2", "k-3", "k-4", "k-9"]
+                    .map(String::from)
+                    .to_vec()
+            )],
+            "six commands cannot all fit a window of three: every key is read"
         );
-
-        let keys = HashMap::from([(
+        let read = HashMap::from([(
             "acme".to_owned(),
             HashMap::from([
                 ("k-9".to_owned(), key(9)),
@@ -336,14 +363,9 @@ mod tests {
                 ("k-1".to_owned(), key(20)),
             ]),
         )]);
-        let settled = settled_among(&commands, &refused, &keys);
-        assert_eq!(
-            settled,
-            BTreeSet::from([5]),
-            "k-4's stored command is older"
-        );
+        let settled = settled(&commands, &none_counted, &read);
+        assert_eq!(settled, BTreeSet::from([1, 5]));
 
-        let mut stored = HashMap::new();
         let refused = decide_batch(
             &quotas,
             &mut stored,
@@ -352,10 +374,42 @@ mod tests {
             &settled,
             NOW,
         );
-        let positions: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
-        assert_eq!(positions, [3, 4], "k-9 neither refused nor counted");
-        assert!(!stored["acme"].window.clone().has_room(3, NOW));
-        assert!(stored["acme"].window.clone().has_room(3, NOW + 1_010));
+        assert_eq!(
+            positions(&refused),
+            [4],
+            "k-1 and k-9 neither refused nor counted"
+        );
+        assert_eq!(stored["acme"].window.clone().counted(NOW), 3);
+
+        // A window that holds the whole batch reads nothing.
+        let fits = batch("globex", 0, 3);
+        assert!(crowded_keys(&quotas, &HashMap::new(), &none_counted, &fits, NOW).is_empty());
+    }
+
+    #[test]
+    fn the_keys_read_with_a_count_settle_without_another_read() {
+        let quotas = quotas(Limits {
+            commands_per_second: Some(1),
+            max_pending: Some(10),
+        });
+        let commands = vec![schedule("acme", "k-0", 0), schedule("acme", "k-1", 1)];
+        let counted = HashMap::from([(
+            "acme".to_owned(),
+            TenantPending {
+                pending: 1,
+                keys: HashMap::from([("k-1".to_owned(), key(1))]),
+            },
+        )]);
+        assert!(crowded_keys(&quotas, &HashMap::new(), &counted, &commands, NOW).is_empty());
+        let settled = settled(&commands, &counted, &HashMap::new());
+        assert_eq!(settled, BTreeSet::from([1]));
+        let mut stored = HashMap::new();
+        let refused = decide_batch(&quotas, &mut stored, counted, &commands, &settled, NOW);
+        assert!(refused.is_empty(), "k-1 takes no place, so k-0 fits");
+    }
+
+    fn positions(refused: &[(usize, Exceeded)]) -> Vec<usize> {
+        refused.iter().map(|(i, _)| *i).collect()
     }
 
     fn key(seq: u64) -> KeyState {
