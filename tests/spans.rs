@@ -206,6 +206,8 @@ async fn a_collector_that_never_answers_delays_no_timer_and_no_stop() {
             ("OTEL_BSP_SCHEDULE_DELAY", "50"),
             // Small batches: many exports wait on the collector at once.
             ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "16"),
+            // A queue the 1,200 spans overflow: those past it are dropped, never waited for.
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "64"),
         ],
     );
     let client = common::TestClient::connect(&server).await;

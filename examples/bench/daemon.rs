@@ -97,8 +97,14 @@ impl Daemon {
             .env(
                 "RUST_LOG",
                 std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .envs(settings.env.iter().map(|(k, v)| (k, v)));
+            );
+        // Spans only where a section asks for them (`env`), whatever the shell has set.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("OTEL_") {
+                command.env_remove(name);
+            }
+        }
+        command.envs(settings.env.iter().map(|(k, v)| (k, v)));
         match database {
             DatabaseTarget::Sqlite { path, .. } => command.env("TIMER_DB_PATH", path),
             DatabaseTarget::Postgres { url } => command.env("TIMER_DATABASE_URL", url),

@@ -205,7 +205,15 @@ impl DaemonProcess {
             )
             .env("RUST_LOG", "info,timer_service=debug")
             .env("TIMER_HTTP_LISTEN", "")
-            .env("TIMER_NAME", "test")
+            .env("TIMER_NAME", "test");
+        // Only the OTEL_* settings the test gives: one from the caller's shell could make the
+        // daemon export spans, or refuse to start.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("OTEL_") {
+                command.env_remove(name);
+            }
+        }
+        command
             .envs(env.iter().copied())
             .stdout(out.try_clone().expect("log"))
             .stderr(out);

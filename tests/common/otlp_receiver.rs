@@ -1,5 +1,5 @@
 //! A test OTLP/HTTP receiver: a real HTTP server on a free port that takes what an exporter
-//! posts to `/v1/traces` (protobuf, the exporters' default, or JSON) and keeps every span.
+//! posts to `/v1/traces` in protobuf (the exporters' default; JSON is answered 415) and keeps every span.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
