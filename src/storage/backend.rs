@@ -122,6 +122,12 @@ pub(crate) trait Backend: Debug + Send + Sync {
     /// where one daemon has the database, the server's clock where daemons share it.
     fn clock_now(&self, now: DateTime<Utc>) -> SimpleExpr;
 
+    /// Now in milliseconds since the epoch by the clock quota windows are kept by, for the
+    /// statement that locks a batch's tenant rows to return: the caller's where one daemon has
+    /// the database, the server's where daemons share it (read as each row is returned, after
+    /// its lock was granted), so that daemons whose clocks disagree count in one window.
+    fn quota_clock_ms(&self, now: Now) -> SimpleExpr;
+
     /// The retention cutoff: `keep` before now by the clock that stamped `reached_at`, as
     /// stored text. `None` when no instant is that far back (nothing to delete).
     fn retention_cutoff(&self, now: Now, keep: Duration) -> Option<SimpleExpr>;

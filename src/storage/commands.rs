@@ -58,7 +58,16 @@ pub(super) async fn apply(
                 }
             }
             let txn = store.db.begin().await?;
-            let refused = quotas::admit(&txn, quotas, &limited, commands, now_ms).await?;
+            let now = store.now(DateTime::from_timestamp_millis(now_ms).unwrap_or_default());
+            let refused = quotas::admit(
+                &txn,
+                store.backend.as_ref(),
+                quotas,
+                &limited,
+                commands,
+                now,
+            )
+            .await?;
             let accepted: Vec<Command> = if refused.is_empty() {
                 commands.to_vec()
             } else {

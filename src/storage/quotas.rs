@@ -4,24 +4,23 @@
 //! deadlock), counts pending timers where the stored bound does not settle the pending limit,
 //! reads the keys of tenants whose rate window may fill (to find the commands their keys have
 //! already applied, never refused), decides the commands (`domain::quota::decide_batch`), and
-//! writes the rows back. A tenant's
-//! transactions thus run one after the other, whichever daemon runs them; those of tenants
-//! without limits take no lock.
+//! writes the rows back. A tenant's transactions thus run one after the other, whichever
+//! daemon runs them; those of tenants without limits take no lock.
 //!
-//! The rate window's clock is the database server's on PostgreSQL (read by the statement that
-//! locks the rows), as it is for firing (docs/CONTRACT.md §8): daemons whose clocks disagree
-//! still count in one window. On SQLite, which one daemon owns, it is that daemon's.
+//! The rate window's clock is the backend's quota clock (`Backend::quota_clock_ms`), returned
+//! by the statement that locks the rows: the server's on PostgreSQL, as for firing
+//! (docs/CONTRACT.md §8), so daemons whose clocks disagree still count in one window; on
+//! SQLite, which one daemon owns, that daemon's.
 //!
 //! The count walks the tenant's `Scheduled` entries of `idx_timer_schedules_tenant_state`; the
 //! keys a batch names are read by primary key.
 
 use std::collections::HashMap;
 
-use sea_orm::sea_query::{Alias, Expr, OnConflict, Query};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect, Select,
-};
+use sea_orm::sea_query::{Alias, Expr, OnConflict, Query, SimpleExpr};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Select};
 
+use super::backend::{Backend, Now};
 use super::entity::{Column, Entity};
 use super::{ROWS_PER_STATEMENT, Store, StoreError};
 use crate::domain::quota::{
@@ -33,26 +32,27 @@ use crate::domain::{Command, TimerState};
 /// Decides `commands` against the quotas of their tenants as the database holds them, inside
 /// the transaction `db` that then stores the accepted ones: returns the refused ones by
 /// position. `tenants` are the batch's limited tenants, in order (`limited_tenants`); nothing
-/// is read or locked when there are none. `now_ms` is the daemon's clock, used where the
-/// database has none of its own (SQLite).
+/// is read or locked when there are none. The windows are kept by `backend`'s quota clock, at
+/// `now` where that is the caller's: the latest instant the locking statements return.
 pub(super) async fn admit(
     db: &impl ConnectionTrait,
+    backend: &dyn Backend,
     quotas: &Quotas,
     tenants: &[String],
     commands: &[Command],
-    now_ms: i64,
+    now: Now,
 ) -> Result<Vec<(usize, Exceeded)>, StoreError> {
     if tenants.is_empty() {
         return Ok(Vec::new());
     }
     let mut stored = HashMap::with_capacity(tenants.len());
-    let mut server_ms = None;
+    // Every locked row returns the clock (never the caller's where it is the server's).
+    let mut now_ms = i64::MIN;
     for chunk in tenants.chunks(ROWS_PER_STATEMENT) {
-        let (rows, at) = lock(db, chunk).await?;
+        let (rows, clock_ms) = lock(db, backend.quota_clock_ms(now), chunk).await?;
         stored.extend(rows);
-        server_ms = server_ms.max(at);
+        now_ms = now_ms.max(clock_ms);
     }
-    let now_ms = server_ms.unwrap_or(now_ms);
     let to_count = to_count(quotas, &stored, commands, now_ms);
     let counted = if to_count.is_empty() {
         HashMap::new()
@@ -83,24 +83,20 @@ pub(super) async fn admit(
 
 const TABLE: &str = "tenant_quotas";
 
-/// The PostgreSQL server's clock as each row is returned, so after its lock was granted (a
-/// statement's start could be a lock wait earlier), in milliseconds since the epoch.
-const SERVER_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS server_ms";
-
-/// Locks the rows of `tenants` (made when missing) until the transaction ends, and reads them;
-/// on PostgreSQL also the server's clock.
+/// Locks the rows of `tenants` (made when missing) until the transaction ends, and reads them,
+/// with the latest instant `clock_ms` gave as the rows were returned (one row per tenant).
 async fn lock(
     db: &impl ConnectionTrait,
+    clock_ms: SimpleExpr,
     tenants: &[String],
-) -> Result<(HashMap<String, TenantQuota>, Option<i64>), StoreError> {
-    let server_clock = db.get_database_backend() == DbBackend::Postgres;
-    let mut returning: Vec<Expr> = ["tenant_id", "rate_window", "pending_most", "counted_at_ms"]
-        .into_iter()
-        .map(|column| Expr::col(Alias::new(column)))
-        .collect();
-    if server_clock {
-        returning.push(Expr::cust(SERVER_MS));
-    }
+) -> Result<(HashMap<String, TenantQuota>, i64), StoreError> {
+    let mut returning: Vec<SimpleExpr> =
+        ["tenant_id", "rate_window", "pending_most", "counted_at_ms"]
+            .into_iter()
+            .map(|column| Expr::col(Alias::new(column)))
+            .collect();
+    // The fifth column, read by position.
+    returning.push(clock_ms);
     let mut insert = Query::insert();
     insert
         .into_table(Alias::new(TABLE))
@@ -118,11 +114,9 @@ async fn lock(
     }
     let rows = db.query_all(&insert).await?;
     let mut out = HashMap::with_capacity(rows.len());
-    let mut server_ms = None;
+    let mut latest_ms = i64::MIN;
     for row in rows {
-        if server_clock {
-            server_ms = server_ms.max(Some(row.try_get::<i64>("", "server_ms")?));
-        }
+        latest_ms = latest_ms.max(row.try_get_by_index::<i64>(4)?);
         let tenant: String = row.try_get("", "tenant_id")?;
         let window: String = row.try_get("", "rate_window")?;
         let pending_most: Option<i64> = row.try_get("", "pending_most")?;
@@ -140,7 +134,7 @@ async fn lock(
         };
         out.insert(tenant, quota);
     }
-    Ok((out, server_ms))
+    Ok((out, latest_ms))
 }
 
 /// Writes the rows of `tenants` back.

@@ -139,6 +139,13 @@ impl Backend for Postgres {
         Expr::cust(SERVER_NOW)
     }
 
+    fn quota_clock_ms(&self, now: Now) -> SimpleExpr {
+        if now.callers_clock {
+            return Expr::cust(now.at.timestamp_millis().to_string());
+        }
+        Expr::cust("(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint")
+    }
+
     /// By the server's clock, which stamped `reached_at`.
     fn retention_cutoff(&self, now: Now, keep: Duration) -> Option<SimpleExpr> {
         if now.callers_clock {

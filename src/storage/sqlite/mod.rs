@@ -206,6 +206,10 @@ impl Backend for Sqlite {
         Expr::value(format_utc(now))
     }
 
+    fn quota_clock_ms(&self, now: Now) -> SimpleExpr {
+        Expr::cust(now.at.timestamp_millis().to_string())
+    }
+
     fn retention_cutoff(&self, now: Now, keep: Duration) -> Option<SimpleExpr> {
         now.before(keep)
     }
