@@ -59,6 +59,11 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
             ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
             ("OTEL_BSP_SCHEDULE_DELAY", "50"),
             ("OTEL_SERVICE_NAME", "timers-under-test"),
+            // The standard variable overrides the daemon's own defaults.
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.version=9.9.9,deployment.environment.name=test",
+            ),
         ],
     );
     let client = common::TestClient::connect(&server).await;
@@ -109,6 +114,8 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
     assert_eq!(process.attributes["messaging.operation.type"], "process");
     assert_eq!(process.attributes["messaging.destination.name"], subject);
     assert_eq!(process.resource["service.name"], "timers-under-test");
+    assert_eq!(process.resource["service.version"], "9.9.9");
+    assert_eq!(process.resource["deployment.environment.name"], "test");
     // The instance id the daemon logged with its name.
     let log = std::fs::read_to_string(&_daemon.log).unwrap();
     let instance = &process.resource["service.instance.id"];

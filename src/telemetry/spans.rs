@@ -113,14 +113,18 @@ pub fn install(instance: &str, database: &'static str) -> Result<Option<Exporter
         .with_protocol(protocol)
         .build()
         .map_err(|e| ExportError::Build(e.to_string()))?;
-    let mut resource = opentelemetry_sdk::Resource::builder()
+    // The daemon's defaults first, then the standard variables, which override any of them.
+    use opentelemetry_sdk::resource::{EnvResourceDetector, TelemetryResourceDetector};
+    let mut resource = opentelemetry_sdk::Resource::builder_empty()
+        .with_service_name("timer-service")
         .with_attribute(KeyValue::new("service.instance.id", instance.to_owned()))
-        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
-    // The standard variables name the service when they do; otherwise it is `timer-service`.
-    let named = set("OTEL_SERVICE_NAME").is_some()
-        || set("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
-    if !named {
-        resource = resource.with_service_name("timer-service");
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .with_detectors(&[
+            Box::new(TelemetryResourceDetector),
+            Box::new(EnvResourceDetector::new()),
+        ]);
+    if let Some(name) = set("OTEL_SERVICE_NAME") {
+        resource = resource.with_service_name(name);
     }
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
