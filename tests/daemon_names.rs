@@ -14,13 +14,7 @@ use chrono::Utc;
 use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually};
 
 fn postgres_scratch() -> Option<Scratch> {
-    if !common::database::postgres_run() {
-        eprintln!(
-            "daemon names matter where daemons share a database: run with TEST_DATABASE=postgres"
-        );
-        return None;
-    }
-    Some(Scratch::new())
+    Scratch::postgres_only("daemon names matter where daemons share a database")
 }
 
 fn log_of(daemon: &DaemonProcess) -> String {

@@ -20,11 +20,7 @@ use serde_json::Value;
 /// A PostgreSQL database for the test, or `None` (with a word why) when this is not a
 /// PostgreSQL run.
 fn postgres_scratch() -> Option<Scratch> {
-    if !common::database::postgres_run() {
-        eprintln!("several daemons share a PostgreSQL database: run with TEST_DATABASE=postgres");
-        return None;
-    }
-    Some(Scratch::new())
+    Scratch::postgres_only("several daemons share a PostgreSQL database")
 }
 
 fn daemon(server: &NatsServer, scratch: &Scratch, name: &str, lease: &str) -> DaemonProcess {

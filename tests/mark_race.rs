@@ -25,11 +25,9 @@ fn at(ms: i64) -> DateTime<Utc> {
 
 #[tokio::test]
 async fn a_reschedule_committed_while_the_mark_waits_for_the_row_is_not_marked() {
-    if !common::database::postgres_run() {
-        eprintln!("a mark waiting for a row needs PostgreSQL: run with TEST_DATABASE=postgres");
+    let Some(scratch) = Scratch::postgres_only("a mark waiting for a row") else {
         return;
-    }
-    let scratch = Scratch::new();
+    };
     migrate(&scratch.database()).await.unwrap();
     let store = Store::open(&scratch.database())
         .await

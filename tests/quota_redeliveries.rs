@@ -8,41 +8,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
-use common::quota_checks::{all_handled, pending, rejections};
-use common::{Scratch, TestClient, eventually, rfc3339, schedule_command};
+use common::quota_checks::{all_handled, later, pending, publish_schedules, rejections};
+use common::{Scratch, TestClient, eventually};
 use sea_orm::ConnectionTrait;
 use timer_service::config::TenantQuotaSettings;
 use timer_service::storage::Store;
-
-/// Far ahead: the timers of these tests stay pending.
-fn later() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap()
-}
-
-/// Publishes a ScheduleTimer of `tenant` for each of `ids`, in order, and returns each one's
-/// stream sequence.
-async fn publish(client: &TestClient, tenant: &str, ids: &[String]) -> Vec<u64> {
-    let mut acks = Vec::with_capacity(ids.len());
-    for id in ids {
-        let command = schedule_command(tenant, id, &rfc3339(later()), None);
-        acks.push(
-            client
-                .js
-                .publish(
-                    format!("timer.cmd.schedule.{tenant}"),
-                    serde_json::to_vec(&command).unwrap().into(),
-                )
-                .await
-                .expect("publish"),
-        );
-    }
-    let mut sequences = Vec::with_capacity(acks.len());
-    for ack in acks {
-        sequences.push(ack.await.expect("PubAck").sequence);
-    }
-    sequences
-}
 
 /// The service call ids of `tenant`'s rejected commands, sorted.
 async fn refused_ids(client: &TestClient, tenant: &str) -> Vec<String> {
@@ -67,9 +37,11 @@ async fn a_command_stored_before_its_ack_was_lost_is_not_refused_when_it_comes_a
 
     let mut stored_first = Vec::new();
     for tenant in ["acme", "globex"] {
-        let mut ids: Vec<String> = (0..60).map(|i| format!("{tenant}-{i:03}")).collect();
-        ids.push("stored-first".to_owned());
-        let sequences = publish(&client, tenant, &ids).await;
+        let mut keys: Vec<(String, String)> = (0..60)
+            .map(|i| (tenant.to_owned(), format!("{tenant}-{i:03}")))
+            .collect();
+        keys.push((tenant.to_owned(), "stored-first".to_owned()));
+        let sequences = publish_schedules(&client, &keys).await;
         stored_first.push(common::schedule_at(
             tenant,
             "stored-first",

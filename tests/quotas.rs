@@ -9,16 +9,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
-use common::quota_checks::{all_handled, pending, rejections};
-use common::{DaemonProcess, Scratch, TestClient, eventually, rfc3339, schedule_command};
+use chrono::Utc;
+use common::quota_checks::{all_handled, later, pending, publish_schedules, rejections};
+use common::{DaemonProcess, Scratch, TestClient, eventually};
 use serde_json::{Value, json};
 use timer_service::config::{HttpSettings, TenantQuotaSettings};
-
-/// Far ahead: the timers of these tests stay pending.
-fn later() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap()
-}
 
 fn cancel_command(tenant: &str, service_call_id: &str) -> Value {
     json!({
@@ -62,23 +57,7 @@ async fn a_burst_past_the_rate_limit_has_exactly_its_excess_rejected() {
             sent.push(("initech".into(), format!("i-{i:03}")));
         }
     }
-    let mut acks = Vec::with_capacity(sent.len());
-    for (tenant, id) in &sent {
-        let command = schedule_command(tenant, id, &rfc3339(later()), None);
-        acks.push(
-            client
-                .js
-                .publish(
-                    format!("timer.cmd.schedule.{tenant}"),
-                    serde_json::to_vec(&command).unwrap().into(),
-                )
-                .await
-                .expect("publish"),
-        );
-    }
-    for ack in acks {
-        ack.await.expect("PubAck");
-    }
+    publish_schedules(&client, &sent).await;
 
     let addr = format!("127.0.0.1:{}", common::free_port());
     let mut config = common::config(&server, &scratch);

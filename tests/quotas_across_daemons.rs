@@ -40,12 +40,11 @@ async fn three_daemons(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_limits_hold_for_the_tenant_whatever_the_number_of_daemons() {
-    if !common::database::postgres_run() {
-        eprintln!("several daemons share a PostgreSQL database: run with TEST_DATABASE=postgres");
+    let Some(scratch) = Scratch::postgres_only("several daemons share a PostgreSQL database")
+    else {
         return;
-    }
+    };
     let server = NatsServer::start();
-    let scratch = Scratch::new();
     let quotas = BTreeMap::from([
         (
             "acme".to_owned(),
@@ -97,12 +96,11 @@ async fn the_limits_hold_for_the_tenant_whatever_the_number_of_daemons() {
 /// `pg_locks`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_frozen_holding_a_tenants_quota_row_holds_no_one_back_past_the_session_limit() {
-    if !common::database::postgres_run() {
-        eprintln!("several daemons share a PostgreSQL database: run with TEST_DATABASE=postgres");
+    let Some(scratch) = Scratch::postgres_only("several daemons share a PostgreSQL database")
+    else {
         return;
-    }
+    };
     let server = NatsServer::start();
-    let scratch = Scratch::new();
     let start = |name: &str| {
         DaemonProcess::start_with(
             &server,

@@ -100,6 +100,18 @@ impl Scratch {
             .or_else(|| self.postgres.as_ref().map(|pg| pg.url.clone()))
     }
 
+    /// A scratch for a test of something only PostgreSQL has (several daemons on one
+    /// database): in the PostgreSQL run; in the SQLite run `None`, saying so (`what`).
+    pub fn postgres_only(what: &str) -> Option<Scratch> {
+        if !database::postgres_run() {
+            eprintln!(
+                "{what}: PostgreSQL only; skipped in the SQLite run (TEST_DATABASE=postgres)"
+            );
+            return None;
+        }
+        Some(Scratch::new())
+    }
+
     /// A test of something only a SQLite file has says so and is skipped in a PostgreSQL run.
     pub fn sqlite_only(&self, what: &str) -> bool {
         if self.database_url().is_some() {

@@ -6,10 +6,39 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use serde_json::Value;
 
 use super::{Scratch, TestClient, eventually};
+
+/// Far ahead: the timers of the quota tests stay pending.
+pub fn later() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap()
+}
+
+/// Publishes a ScheduleTimer due [`later`] for each `(tenant, key)`, in this order, pipelined;
+/// returns each one's stream sequence once the broker has stored them all.
+pub async fn publish_schedules(client: &TestClient, keys: &[(String, String)]) -> Vec<u64> {
+    let mut acks = Vec::with_capacity(keys.len());
+    for (tenant, id) in keys {
+        let command = super::schedule_command(tenant, id, &super::rfc3339(later()), None);
+        acks.push(
+            client
+                .js
+                .publish(
+                    format!("timer.cmd.schedule.{tenant}"),
+                    serde_json::to_vec(&command).expect("json").into(),
+                )
+                .await
+                .expect("publish"),
+        );
+    }
+    let mut sequences = Vec::with_capacity(acks.len());
+    for ack in acks {
+        sequences.push(ack.await.expect("PubAck").sequence);
+    }
+    sequences
+}
 
 /// What [`flood`] sent, and what became of it once every command was handled.
 pub struct Flood {

@@ -15,19 +15,20 @@ pub struct SmallDisk {
 impl SmallDisk {
     /// Mounts a tmpfs of `bytes` on a fresh directory, or `None` when mounting is not permitted.
     pub fn mount(bytes: u64) -> Option<SmallDisk> {
-        let dir = tempfile::tempdir().ok()?;
-        let status = Command::new("mount")
+        let dir = tempfile::tempdir().expect("a directory to mount on");
+        let refused = match Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
             .arg(dir.path())
             .output()
-            .ok()?;
-        if !status.status.success() {
+        {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+            Err(e) => Some(format!("no mount command: {e}")),
+        };
+        if let Some(why) = refused {
             super::lacking(
                 "a small filesystem (tmpfs)",
-                &format!(
-                    "this machine does not allow mounting one ({})",
-                    String::from_utf8_lossy(&status.stderr).trim()
-                ),
+                &format!("this machine does not allow mounting one ({why})"),
             );
             return None;
         }

@@ -29,25 +29,21 @@ pub struct SlotWindow {
 }
 
 impl SlotWindow {
-    /// The slot of `now_ms`, never before the newest one recorded; the slots moved back first
-    /// when the clock went back by a window or more.
-    fn slot(&mut self, now_ms: i64) -> i64 {
-        let slot = now_ms.div_euclid(SLOT_MS);
-        match self.slots.back() {
-            Some(&(newest, _)) if newest - slot >= SLOTS => {
+    /// Moves the window to `now_ms` and returns its slot: never before the newest one recorded
+    /// (the slots moved back first when the clock went back by a window or more), and without
+    /// the slots that no longer count there.
+    fn advance(&mut self, now_ms: i64) -> i64 {
+        let mut slot = now_ms.div_euclid(SLOT_MS);
+        if let Some(&(newest, _)) = self.slots.back() {
+            if newest - slot >= SLOTS {
                 let step = newest - slot;
                 for (recorded, _) in &mut self.slots {
                     *recorded -= step;
                 }
-                slot
+            } else {
+                slot = slot.max(newest);
             }
-            Some(&(newest, _)) => slot.max(newest),
-            None => slot,
         }
-    }
-
-    /// Drops the slots that no longer count at `slot`.
-    fn expire(&mut self, slot: i64) {
         while let Some(&(oldest, n)) = self.slots.front() {
             if slot - oldest < SLOTS {
                 break;
@@ -55,20 +51,19 @@ impl SlotWindow {
             self.slots.pop_front();
             self.total -= u64::from(n);
         }
+        slot
     }
 
     /// Whether one more command fits under `limit` at `now_ms`.
     pub fn has_room(&mut self, limit: u32, now_ms: i64) -> bool {
-        let slot = self.slot(now_ms);
-        self.expire(slot);
+        self.advance(now_ms);
         self.total < u64::from(limit)
     }
 
     /// Counts one command accepted at `now_ms` (dropping what no longer counts: a tenant that
     /// only cancels never asks [`Self::has_room`]).
     pub fn record(&mut self, now_ms: i64) {
-        let slot = self.slot(now_ms);
-        self.expire(slot);
+        let slot = self.advance(now_ms);
         match self.slots.back_mut() {
             Some((newest, n)) if *newest == slot => *n += 1,
             _ => self.slots.push_back((slot, 1)),
@@ -78,8 +73,7 @@ impl SlotWindow {
 
     /// Commands counted at `now_ms`.
     pub fn counted(&mut self, now_ms: i64) -> u64 {
-        let slot = self.slot(now_ms);
-        self.expire(slot);
+        self.advance(now_ms);
         self.total
     }
 
