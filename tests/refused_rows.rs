@@ -11,34 +11,7 @@ use std::time::Duration;
 use chrono::Utc;
 use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually, schedule_command};
 use futures::StreamExt;
-use sea_orm::ConnectionTrait;
 use serde_json::Value;
-use timer_service::storage::db::{self, DatabaseTarget};
-
-/// Makes the database refuse any timer whose correlation id is `poison`, a value validation
-/// accepts: a CHECK constraint on PostgreSQL, triggers on SQLite (whose tables cannot gain a
-/// CHECK in place).
-async fn poison(database: &DatabaseTarget) {
-    db::migrate(database).await.expect("migrate");
-    let conn = db::connect(database, 1).await.expect("connect");
-    let statements: &[&str] = match database {
-        DatabaseTarget::Postgres { .. } => &[
-            "ALTER TABLE timer_schedules ADD CONSTRAINT poison CHECK (correlation_id <> 'poison')",
-        ],
-        DatabaseTarget::Sqlite { .. } => &[
-            "CREATE TRIGGER poison_insert BEFORE INSERT ON timer_schedules
-             WHEN NEW.correlation_id = 'poison' BEGIN SELECT RAISE(ABORT, 'poison'); END",
-            "CREATE TRIGGER poison_update BEFORE UPDATE ON timer_schedules
-             WHEN NEW.correlation_id = 'poison' BEGIN SELECT RAISE(ABORT, 'poison'); END",
-        ],
-    };
-    for sql in statements {
-        conn.execute_unprepared(sql)
-            .await
-            .expect("poison the table");
-    }
-    conn.close().await.expect("close");
-}
 
 /// What a core subscription on `subject` receives, as envelopes, in a channel.
 async fn collect(
@@ -64,7 +37,7 @@ async fn a_command_the_database_refuses_is_rejected_alone_and_its_batch_stored()
     let server = NatsServer::start();
     let scratch = Scratch::new();
     let database = scratch.database();
-    poison(&database).await;
+    common::database::poison(&database).await;
     let client = TestClient::connect(&server).await;
 
     // The daemon creates the streams, then stops, so that the burst waits for it in the

@@ -1,7 +1,9 @@
 //! The daemon's own spans (docs/CONTRACT.md §3, "Trace context"): a real daemon process exports
 //! them over OTLP/HTTP to a real receiver when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, joined to
-//! the trace of the command's `traceparent`; the event carries the daemon's publish span on. A
-//! collector that never answers delays no timer and no stop.
+//! the trace of the command's `traceparent`, in protobuf or in JSON; the event carries the
+//! daemon's publish span on. A batch split around a command the database refuses still gives
+//! each stored command its store span. A collector that never answers delays no timer and no
+//! stop.
 
 mod common;
 /// Only this file uses it: kept out of `common`, which every test binary builds.
@@ -21,6 +23,7 @@ const PRODUCER: i32 = 4;
 const CONSUMER: i32 = 5;
 /// OTLP status code of an error.
 const ERROR: i32 = 2;
+const PROCESS: &str = "process timer.cmd.schedule.{tenantId}";
 
 /// Publishes `command` on `subject` with a `traceparent` (none when `None`).
 async fn send(
@@ -107,7 +110,7 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
     .await;
 
     // The command: processed under the caller's span, stored under the process span.
-    let process = span_named(&receiver, TRACE, "process timer.cmd.schedule.{tenantId}").await;
+    let process = span_named(&receiver, TRACE, PROCESS).await;
     assert_eq!(process.kind, CONSUMER);
     assert_eq!(process.parent_span_id, CLIENT_SPAN);
     assert_eq!(process.attributes["messaging.system"], "nats");
@@ -160,12 +163,7 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
 
     // The rejected command: its process span ends in an error, and its rejection event names
     // that span as its parent.
-    let refused = span_named(
-        &receiver,
-        rejected_trace,
-        "process timer.cmd.schedule.{tenantId}",
-    )
-    .await;
+    let refused = span_named(&receiver, rejected_trace, PROCESS).await;
     assert_eq!(refused.status, ERROR);
     assert_eq!(refused.attributes["error.type"], "invalid");
     assert!(refused.status_message.contains("dueAt"), "{refused:?}");
@@ -195,6 +193,116 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
         traces,
         [TRACE, rejected_trace].map(str::to_owned).into(),
         "spans only for the sampled traces"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_go_out_in_json_when_the_protocol_says_so() {
+    let server = common::NatsServer::start();
+    let scratch = common::Scratch::new();
+    let receiver = OtlpReceiver::start().await;
+    let _daemon = common::DaemonProcess::start_with(
+        &server,
+        &scratch,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    let client = common::TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    let due_at = common::rfc3339(Utc::now() + chrono::Duration::milliseconds(500));
+    send(
+        &client,
+        "timer.cmd.schedule.acme",
+        common::schedule_command("acme", "json", &due_at, None),
+        Some(&format!("00-{TRACE}-{CLIENT_SPAN}-01")),
+    )
+    .await;
+    let event = client
+        .await_due("acme", "json", Duration::from_secs(15))
+        .await;
+    let process = span_named(&receiver, TRACE, PROCESS).await;
+    let store = span_named(&receiver, TRACE, "store timers").await;
+    let claim = span_named(&receiver, TRACE, "claim timers").await;
+    let publish = span_named(&receiver, TRACE, "publish timer.evt.due.{tenantId}").await;
+    for span in [&process, &store, &claim, &publish] {
+        assert_eq!(span.content_type, "application/json", "{span:?}");
+    }
+    // Ids, kinds and attributes read back from JSON as they were sent.
+    assert_eq!(process.kind, CONSUMER);
+    assert_eq!(process.parent_span_id, CLIENT_SPAN);
+    assert_eq!(store.parent_span_id, process.span_id);
+    assert_eq!(claim.kind, CLIENT);
+    assert_eq!(publish.kind, PRODUCER);
+    assert_eq!(process.resource["service.name"], "timer-service");
+    assert_eq!(
+        event.trace.0,
+        Some(format!("00-{TRACE}-{}-01", publish.span_id))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_command_of_a_split_batch_gets_the_store_span_of_its_part() {
+    let server = common::NatsServer::start();
+    let scratch = common::Scratch::new();
+    common::database::poison(&scratch.database()).await;
+    let client = common::TestClient::connect(&server).await;
+    // The daemon makes the streams, then stops, so that the commands wait in the stream and its
+    // first pull takes them as one batch, which the database refuses for the poisoned one.
+    let daemon = common::DaemonProcess::start(&server, &scratch);
+    client.wait_for_command_stream().await;
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait_exit(Duration::from_secs(15)).await.success());
+    let count = 20;
+    let poisoned = 10;
+    let trace = |i: usize| format!("{:032x}", i + 1);
+    let due_at = common::rfc3339(Utc::now() + chrono::Duration::seconds(60));
+    for i in 0..count {
+        let correlation = (i == poisoned).then_some("poison");
+        send(
+            &client,
+            "timer.cmd.schedule.acme",
+            common::schedule_command("acme", &format!("s-{i}"), &due_at, correlation),
+            Some(&format!("00-{}-{CLIENT_SPAN}-01", trace(i))),
+        )
+        .await;
+    }
+
+    let receiver = OtlpReceiver::start().await;
+    let daemon = common::DaemonProcess::start_with(
+        &server,
+        &scratch,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    let refused = span_named(&receiver, &trace(poisoned), PROCESS).await;
+    assert_eq!(refused.status, ERROR);
+    assert_eq!(refused.attributes["error.type"], "refused");
+    let mut parts = std::collections::BTreeSet::new();
+    for i in (0..count).filter(|&i| i != poisoned) {
+        let process = span_named(&receiver, &trace(i), PROCESS).await;
+        let store = span_named(&receiver, &trace(i), "store timers").await;
+        assert_eq!(store.parent_span_id, process.span_id, "command {i}");
+        assert!(process.start_ns <= store.start_ns && store.end_ns <= process.end_ns);
+        parts.insert((store.start_ns, store.end_ns));
+    }
+    let log = std::fs::read_to_string(&daemon.log).unwrap();
+    assert!(
+        log.contains("the batch was split to store the rest"),
+        "no split in the log:\n{log}"
+    );
+    // Stored by several commits (the parts of the split), each span naming its own.
+    assert!(parts.len() > 1, "{parts:?}");
+    assert!(
+        receiver
+            .trace(&trace(poisoned))
+            .iter()
+            .all(|s| s.name != "store timers"),
+        "the refused command was stored"
     );
 }
 

@@ -5,6 +5,9 @@
 
 use std::future::Future;
 
+use sea_orm::ConnectionTrait;
+use timer_service::storage::db::{self, DatabaseTarget};
+
 /// Whether this run puts the tests on PostgreSQL.
 pub fn postgres_run() -> bool {
     std::env::var("TEST_DATABASE").is_ok_and(|v| v.eq_ignore_ascii_case("postgres"))
@@ -77,4 +80,29 @@ impl Drop for PostgresDatabase {
             eprintln!("could not drop the test database {}: {e}", self.name);
         }
     }
+}
+
+/// Makes the database refuse any timer whose correlation id is `poison`, a value validation
+/// accepts: a CHECK constraint on PostgreSQL, triggers on SQLite (whose tables cannot gain a
+/// CHECK in place).
+pub async fn poison(database: &DatabaseTarget) {
+    db::migrate(database).await.expect("migrate");
+    let conn = db::connect(database, 1).await.expect("connect");
+    let statements: &[&str] = match database {
+        DatabaseTarget::Postgres { .. } => &[
+            "ALTER TABLE timer_schedules ADD CONSTRAINT poison CHECK (correlation_id <> 'poison')",
+        ],
+        DatabaseTarget::Sqlite { .. } => &[
+            "CREATE TRIGGER poison_insert BEFORE INSERT ON timer_schedules
+             WHEN NEW.correlation_id = 'poison' BEGIN SELECT RAISE(ABORT, 'poison'); END",
+            "CREATE TRIGGER poison_update BEFORE UPDATE ON timer_schedules
+             WHEN NEW.correlation_id = 'poison' BEGIN SELECT RAISE(ABORT, 'poison'); END",
+        ],
+    };
+    for sql in statements {
+        conn.execute_unprepared(sql)
+            .await
+            .expect("poison the table");
+    }
+    conn.close().await.expect("close");
 }

@@ -1,5 +1,6 @@
 //! A test OTLP/HTTP receiver: a real HTTP server on a free port that takes what an exporter
-//! posts to `/v1/traces` in protobuf (the exporters' default; JSON is answered 415) and keeps every span.
+//! posts to `/v1/traces`, in protobuf (the exporters' default) or in JSON, and keeps every span
+//! with the encoding it came in.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,8 @@ pub struct ReceivedSpan {
     pub end_ns: u64,
     /// The resource's attributes.
     pub resource: HashMap<String, String>,
+    /// The request's `Content-Type`.
+    pub content_type: String,
 }
 
 pub struct OtlpReceiver {
@@ -87,13 +90,18 @@ fn receive(
     headers: &HeaderMap,
     body: &[u8],
 ) -> (StatusCode, Vec<u8>) {
-    let json = headers
+    let content_type = headers
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if json {
-        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, Vec::new());
-    }
-    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    // OTLP/JSON: ids in hex, enums as numbers (the with-serde decoding of the same messages).
+    let request = match content_type.as_str() {
+        "application/x-protobuf" => ExportTraceServiceRequest::decode(body).ok(),
+        "application/json" => serde_json::from_slice::<ExportTraceServiceRequest>(body).ok(),
+        _ => return (StatusCode::UNSUPPORTED_MEDIA_TYPE, Vec::new()),
+    };
+    let Some(request) = request else {
         return (StatusCode::BAD_REQUEST, Vec::new());
     };
     let mut spans = Vec::new();
@@ -117,13 +125,18 @@ fn receive(
                     start_ns: span.start_time_unix_nano,
                     end_ns: span.end_time_unix_nano,
                     resource: resource.clone(),
+                    content_type: content_type.clone(),
                 });
             }
         }
     }
     kept.lock().unwrap().extend(spans);
-    // An empty ExportTraceServiceResponse.
-    (StatusCode::OK, Vec::new())
+    // An empty ExportTraceServiceResponse, in the request's encoding.
+    let response = match content_type.as_str() {
+        "application/json" => b"{}".to_vec(),
+        _ => Vec::new(),
+    };
+    (StatusCode::OK, response)
 }
 
 fn text_map(

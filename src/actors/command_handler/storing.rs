@@ -8,6 +8,7 @@
 //! they are rejected with the database's reason, the rest stored. A command is acknowledged
 //! only after its own commit.
 
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -69,14 +70,14 @@ pub(super) fn store(args: &Arc<CommandHandlerArgs>, batch: Vec<Accepted>) -> Joi
                 let commit = Commit {
                     started: handed_over,
                     ended: SystemTime::now(),
-                    size: commands.len(),
+                    part: 0..commands.len(),
                 };
                 let written = applied.written;
                 let mut inbound: Vec<Option<InboundCommand>> =
                     inbound.into_iter().map(Some).collect();
                 let over_quota = refused_by_quota(&quotas, &commands, &mut inbound, 0, applied);
                 let all = 0..commands.len();
-                acknowledge_stored(&args, &commands, &mut inbound, all, Some(commit)).await;
+                acknowledge_stored(&args, &commands, &mut inbound, all, &[commit]).await;
                 if !over_quota.is_empty() {
                     reject(&args, over_quota).await;
                 }
@@ -118,23 +119,24 @@ fn refused_by_quota(
         .collect()
 }
 
-/// The commit that stored a batch, for the commands' `store timers` spans: from its hand-over
-/// to Persistence (its wait in the writer's lane included) to its answer.
+/// A commit that stored a part of a batch (the whole batch, or one part of a split), for its
+/// commands' `store timers` spans: from its hand-over to Persistence (its wait in the writer's
+/// lane included) to its answer.
 struct Commit {
     started: SystemTime,
     ended: SystemTime,
-    size: usize,
+    /// The positions in the batch of the commands it stored.
+    part: Range<usize>,
 }
 
 /// Acknowledges the commands at `positions` whose deliveries are still in `inbound` (stored),
-/// counts them, and records their spans (`commit`: the one commit that stored them all, when
-/// there was one).
+/// counts them, and records their spans, each with the one of `commits` that stored it.
 async fn acknowledge_stored(
     args: &CommandHandlerArgs,
     commands: &[Command],
     inbound: &mut [Option<InboundCommand>],
     positions: impl Iterator<Item = usize>,
-    commit: Option<Commit>,
+    commits: &[Commit],
 ) {
     let mut stored_at = Vec::new();
     let mut deliveries = Vec::new();
@@ -144,18 +146,22 @@ async fn acknowledge_stored(
             deliveries.push(delivery);
         }
     }
-    let spans: Vec<spans::Span> = match spans::enabled() {
+    let spans: Vec<(spans::Span, Option<&Commit>)> = match spans::enabled() {
         true => deliveries
             .iter()
-            .map(InboundCommand::process_span)
+            .zip(&stored_at)
+            .map(|(delivery, i)| {
+                let commit = commits.iter().find(|c| c.part.contains(i));
+                (delivery.process_span(), commit)
+            })
             .collect(),
         false => Vec::new(),
     };
     acknowledge(deliveries.into_iter()).await;
     let acknowledged = SystemTime::now();
-    for span in spans {
-        if let Some(commit) = &commit {
-            span.stored(commit.started, commit.ended, commit.size);
+    for (span, commit) in spans {
+        if let Some(commit) = commit {
+            span.stored(commit.started, commit.ended, commit.part.len());
         }
         span.end(acknowledged, None);
     }
@@ -197,12 +203,25 @@ async fn store_around_refused(
     let persistence = args.registry.persistence();
     // What each committed part refused past quotas, with the part's first position.
     let parts_applied: Arc<Mutex<Vec<(usize, Applied)>>> = Arc::default();
+    // The commits of the parts stored, for their commands' spans.
+    let commits: Arc<Mutex<Vec<Commit>>> = Arc::default();
     let outcome = split(commands.len(), reason, |part| {
         let offset = part.start;
-        let queued = persistence.apply_part_queued(commands.clone(), part, quotas.clone());
+        let started = SystemTime::now();
+        let queued = persistence.apply_part_queued(commands.clone(), part.clone(), quotas.clone());
         let parts_applied = parts_applied.clone();
+        let commits = commits.clone();
         async move {
             let applied = applied(queued).await?;
+            let commit = Commit {
+                started,
+                ended: SystemTime::now(),
+                part,
+            };
+            commits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(commit);
             if !applied.refused.is_empty() {
                 let mut parts = parts_applied.lock().unwrap_or_else(|e| e.into_inner());
                 parts.push((offset, applied));
@@ -232,12 +251,13 @@ async fn store_around_refused(
             applied,
         ));
     }
+    let commits = std::mem::take(&mut *commits.lock().unwrap_or_else(|e| e.into_inner()));
     acknowledge_stored(
         args,
         &commands,
         &mut inbound,
         outcome.stored.iter().copied(),
-        None,
+        &commits,
     )
     .await;
     rejected.extend(outcome.refused.into_iter().filter_map(|(i, reason)| {
