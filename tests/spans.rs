@@ -367,20 +367,43 @@ async fn a_collector_that_never_answers_delays_no_timer_and_no_stop() {
 async fn an_export_it_cannot_make_is_refused_at_the_start_with_the_reason() {
     let server = common::NatsServer::start();
     let scratch = common::Scratch::new();
-    let https = [(
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "https://collector.example:4318",
-    )];
-    let grpc = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+    let https = "https://127.0.0.1:4318";
+    let cases: [(&[(&str, &str)], &str); 4] = [
+        (
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ],
+            "http/protobuf",
+        ),
+        (
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", https),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"),
+            ],
+            "OTEL_EXPORTER_OTLP_CERTIFICATE: cannot read /nonexistent/ca.pem",
+        ),
+        (
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", https),
+                ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/etc/hostname"),
+            ],
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY is set without its pair",
+        ),
+        (
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", https),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s"),
+            ],
+            "expected milliseconds",
+        ),
     ];
-    for (env, reason) in [(&https[..], "plain HTTP"), (&grpc[..], "http/protobuf")] {
+    for (env, reason) in cases {
         let daemon = common::DaemonProcess::start_with(&server, &scratch, env);
         let log = daemon.log.clone();
         let status = daemon.wait_exit(Duration::from_secs(15)).await;
         assert_eq!(status.code(), Some(2), "{env:?}");
         let log = std::fs::read_to_string(log).unwrap();
-        assert!(log.contains(reason), "{log}");
+        assert!(log.contains(reason), "{reason:?} not in {log}");
     }
 }

@@ -18,23 +18,24 @@
 //! sampling follows the caller's flag (`OTEL_TRACES_SAMPLER` may say otherwise). Spans are made
 //! after the fact, from the instants measured, so no actor holds one open. Without an exporter
 //! every function here returns at its first line and the messages carry the command's own
-//! context on.
+//! context on. The exporter is installed by `export`, with the HTTP client (timeout, TLS) of
+//! `http_client`.
 
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
     TraceState, Tracer as _,
 };
-use opentelemetry::{Context, InstrumentationScope, KeyValue};
-use opentelemetry_otlp::WithExportConfig;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::SdkTracer;
 
 use crate::domain::TraceContext;
 
-/// How long a stop waits for the spans still queued to be sent.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+mod export;
+mod http_client;
+pub use export::{ExportError, Exporter, install};
 
 /// The exporter's tracer, once installed, and the database its spans name.
 struct Installed {
@@ -43,104 +44,6 @@ struct Installed {
 }
 
 static INSTALLED: OnceLock<Installed> = OnceLock::new();
-
-/// Why spans cannot be exported as configured.
-#[derive(Debug, thiserror::Error)]
-pub enum ExportError {
-    #[error(
-        "the OTLP endpoint {0} is HTTPS; this build exports over plain HTTP: point it at a collector beside the daemon"
-    )]
-    Https(String),
-    #[error(
-        "OTLP protocol {0:?} is not supported: this build exports with http/protobuf (the default) or http/json"
-    )]
-    Protocol(String),
-    #[error("cannot set up the OTLP exporter: {0}")]
-    Build(String),
-}
-
-/// The installed exporter: [`Exporter::shutdown`] sends what is still queued.
-pub struct Exporter {
-    provider: SdkTracerProvider,
-    endpoint: String,
-}
-
-impl Exporter {
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    /// Sends the spans still queued and stops the exporter, waiting [`SHUTDOWN_WAIT`] at most
-    /// (a collector that does not answer must not hold up a stop).
-    pub fn shutdown(self) {
-        if let Err(e) = self.provider.shutdown_with_timeout(SHUTDOWN_WAIT) {
-            tracing::warn!(error = %e, "spans still queued at the stop may not have been exported");
-        }
-    }
-}
-
-/// Installs the exporter when the standard variables ask for one: `OTEL_EXPORTER_OTLP_ENDPOINT`
-/// or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set, and neither `OTEL_SDK_DISABLED=true` nor
-/// `OTEL_TRACES_EXPORTER=none`. The exporter reads the rest of its settings (protocol, headers,
-/// timeout, batching, sampler, resource) from the standard variables itself. `instance` is this
-/// process's instance id (`service.instance.id`, as the daemon logs it); `database` is `sqlite` or `postgresql`.
-pub fn install(instance: &str, database: &'static str) -> Result<Option<Exporter>, ExportError> {
-    let set = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let Some(endpoint) =
-        set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
-    else {
-        return Ok(None);
-    };
-    let off = |name: &str, value: &str| set(name).is_some_and(|v| v.eq_ignore_ascii_case(value));
-    if off("OTEL_SDK_DISABLED", "true") || off("OTEL_TRACES_EXPORTER", "none") {
-        return Ok(None);
-    }
-    if endpoint.trim().to_ascii_lowercase().starts_with("https:") {
-        return Err(ExportError::Https(endpoint));
-    }
-    let protocol = set("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        .or_else(|| set("OTEL_EXPORTER_OTLP_PROTOCOL"))
-        .map(|p| p.trim().to_ascii_lowercase());
-    // Chosen here, not left to the exporter: built with JSON too, it would pick JSON over OTLP's
-    // default, protobuf, and fall back to it for a protocol it lacks.
-    let protocol = match protocol.as_deref() {
-        None | Some("http/protobuf") => opentelemetry_otlp::Protocol::HttpBinary,
-        Some("http/json") => opentelemetry_otlp::Protocol::HttpJson,
-        Some(other) => return Err(ExportError::Protocol(other.to_owned())),
-    };
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(protocol)
-        .build()
-        .map_err(|e| ExportError::Build(e.to_string()))?;
-    // The daemon's defaults first, then the standard variables, which override any of them.
-    use opentelemetry_sdk::resource::{EnvResourceDetector, TelemetryResourceDetector};
-    let mut resource = opentelemetry_sdk::Resource::builder_empty()
-        .with_service_name("timer-service")
-        .with_attribute(KeyValue::new("service.instance.id", instance.to_owned()))
-        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
-        .with_detectors(&[
-            Box::new(TelemetryResourceDetector),
-            Box::new(EnvResourceDetector::new()),
-        ]);
-    if let Some(name) = set("OTEL_SERVICE_NAME") {
-        resource = resource.with_service_name(name);
-    }
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(resource.build())
-        .build();
-    let scope = InstrumentationScope::builder("timer-service")
-        .with_version(env!("CARGO_PKG_VERSION"))
-        .build();
-    let tracer = opentelemetry::trace::TracerProvider::tracer_with_scope(&provider, scope);
-    if INSTALLED.set(Installed { tracer, database }).is_err() {
-        // One exporter per process; a second daemon in it shares the first's.
-        let _ = provider.shutdown();
-        return Ok(None);
-    }
-    Ok(Some(Exporter { provider, endpoint }))
-}
 
 /// One of the daemon's spans, or nothing (no exporter, no trace context, not sampled). Dropped,
 /// it ends at that instant.
