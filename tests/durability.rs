@@ -83,7 +83,9 @@ async fn sigkill_while_timers_are_due_loses_none() {
 /// Commands a daemon had pulled but not stored when it was killed come back within seconds (the
 /// consumer's ack wait), not after half a minute: killed while it stores a burst of commands
 /// (some held unacknowledged at that moment), restarted at once, every timer fires within a
-/// few seconds of the later of its `dueAt` and the restart.
+/// few seconds of the later of its `dueAt` and the moment the restarted daemon runs (on
+/// PostgreSQL it first waits up to 5 s for its name, which the killed one still held; CONTRACT
+/// §1 counts from when it runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_held_at_a_kill_come_back_within_seconds() {
     let server = NatsServer::start();
@@ -105,21 +107,32 @@ async fn commands_held_at_a_kill_come_back_within_seconds() {
     process.kill9();
     let restarted = Utc::now();
     let process = DaemonProcess::start(&server, &scratch);
+    let running = eventually(
+        Duration::from_secs(15),
+        "the restarted daemon running",
+        || async {
+            let log = std::fs::read_to_string(&process.log).unwrap_or_default();
+            log.contains("timer-service running").then(Utc::now)
+        },
+    )
+    .await;
     let events = client
         .await_all_fired("acme", &ids, Duration::from_secs(25))
         .await;
-    let heal = due_at.max(restarted);
+    let heal = due_at.max(running);
     let latest = events.iter().map(|e| e.stored_at).max().unwrap();
     let late = latest - heal;
     eprintln!(
-        "the last timer fired {} ms after the later of dueAt and the restart",
+        "the restarted daemon ran {} ms after its start; the last timer fired {} ms after the \
+         later of dueAt and that",
+        (running - restarted).num_milliseconds(),
         late.num_milliseconds()
     );
     // The ack wait (4 s) and the storing of what comes back; 30 s when held commands waited
     // out the broker's default.
     assert!(
         late < chrono::Duration::seconds(10),
-        "a timer fired {} ms after the later of its dueAt and the restart",
+        "a timer fired {} ms after the later of its dueAt and the restarted daemon running",
         late.num_milliseconds()
     );
     process.signal(libc::SIGTERM);
