@@ -13,7 +13,7 @@ mod otlp_receiver;
 use std::time::Duration;
 
 use chrono::Utc;
-use otlp_receiver::{OtlpReceiver, ReceivedSpan};
+use otlp_receiver::{Exporting, OtlpReceiver, ReceivedSpan};
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
@@ -52,15 +52,10 @@ async fn span_named(receiver: &OtlpReceiver, trace_id: &str, name: &str) -> Rece
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_them() {
-    let server = common::NatsServer::start();
-    let scratch = common::Scratch::new();
     let receiver = OtlpReceiver::start().await;
-    let _daemon = common::DaemonProcess::start_with(
-        &server,
-        &scratch,
+    let exporting = Exporting::start(
+        &receiver.endpoint,
         &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
             ("OTEL_SERVICE_NAME", "timers-under-test"),
             // The standard variable overrides the daemon's own defaults.
             (
@@ -68,9 +63,9 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
                 "service.version=9.9.9,deployment.environment.name=test",
             ),
         ],
-    );
-    let client = common::TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    )
+    .await;
+    let client = &exporting.client;
     let due = |ms: i64| common::rfc3339(Utc::now() + chrono::Duration::milliseconds(ms));
     let traced = format!("00-{TRACE}-{CLIENT_SPAN}-01");
     // Not sampled by its caller: carried on, never recorded.
@@ -79,21 +74,21 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
     let rejected_trace = "11111111111111111111111111111111";
     let subject = "timer.cmd.schedule.acme";
     send(
-        &client,
+        client,
         subject,
         common::schedule_command("acme", "quiet", &due(800), None),
         Some(&quiet),
     )
     .await;
     send(
-        &client,
+        client,
         subject,
         common::schedule_command("acme", "untraced", &due(800), None),
         None,
     )
     .await;
     send(
-        &client,
+        client,
         subject,
         common::schedule_command("acme", "traced", &due(1_500), None),
         Some(&traced),
@@ -102,7 +97,7 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
     let mut invalid = common::schedule_command("acme", "refused", "2030-01-01T00:00:00Z", None);
     invalid["payload"]["dueAt"] = serde_json::json!("tomorrow");
     send(
-        &client,
+        client,
         subject,
         invalid,
         Some(&format!("00-{rejected_trace}-{CLIENT_SPAN}-01")),
@@ -120,7 +115,7 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
     assert_eq!(process.resource["service.version"], "9.9.9");
     assert_eq!(process.resource["deployment.environment.name"], "test");
     // The instance id the daemon logged with its name.
-    let log = std::fs::read_to_string(&_daemon.log).unwrap();
+    let log = std::fs::read_to_string(&exporting.daemon.log).unwrap();
     let instance = &process.resource["service.instance.id"];
     assert!(
         log.contains(&format!("instance=\"{instance}\"")),
@@ -198,23 +193,16 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_go_out_in_json_when_the_protocol_says_so() {
-    let server = common::NatsServer::start();
-    let scratch = common::Scratch::new();
     let receiver = OtlpReceiver::start().await;
-    let _daemon = common::DaemonProcess::start_with(
-        &server,
-        &scratch,
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-        ],
-    );
-    let client = common::TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let exporting = Exporting::start(
+        &receiver.endpoint,
+        &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
+    )
+    .await;
+    let client = &exporting.client;
     let due_at = common::rfc3339(Utc::now() + chrono::Duration::milliseconds(500));
     send(
-        &client,
+        client,
         "timer.cmd.schedule.acme",
         common::schedule_command("acme", "json", &due_at, None),
         Some(&format!("00-{TRACE}-{CLIENT_SPAN}-01")),
@@ -308,30 +296,25 @@ async fn each_command_of_a_split_batch_gets_the_store_span_of_its_part() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_never_answers_delays_no_timer_and_no_stop() {
-    let server = common::NatsServer::start();
-    let scratch = common::Scratch::new();
     // Accepts connections and never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", silent.local_addr().unwrap());
-    let daemon = common::DaemonProcess::start_with(
-        &server,
-        &scratch,
+    let exporting = Exporting::start(
+        &endpoint,
         &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
             // Small batches: many exports wait on the collector at once.
             ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "16"),
             // A queue the 1,200 spans overflow: those past it are dropped, never waited for.
             ("OTEL_BSP_MAX_QUEUE_SIZE", "64"),
         ],
-    );
-    let client = common::TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    )
+    .await;
+    let client = &exporting.client;
     let due_at = Utc::now() + chrono::Duration::milliseconds(3_000);
     let count = 300;
     for i in 0..count {
         send(
-            &client,
+            client,
             "timer.cmd.schedule.acme",
             common::schedule_command("acme", &format!("t-{i}"), &common::rfc3339(due_at), None),
             Some(&format!("00-{TRACE}-{:016x}-01", i + 1)),
@@ -357,6 +340,7 @@ async fn a_collector_that_never_answers_delays_no_timer_and_no_stop() {
         "the latest event was stored {latest} after its dueAt"
     );
     // The stop waits for the exporter a bounded time.
+    let Exporting { daemon, .. } = exporting;
     daemon.signal(libc::SIGTERM);
     let status = daemon.wait_exit(Duration::from_secs(20)).await;
     assert!(status.success(), "{status:?}");

@@ -11,9 +11,9 @@ mod otlp_receiver;
 use std::time::Duration;
 
 use chrono::Utc;
+use common::TestClient;
 use common::pki::Pki;
-use common::{DaemonProcess, NatsServer, Scratch, TestClient};
-use otlp_receiver::OtlpReceiver;
+use otlp_receiver::{Exporting, OtlpReceiver};
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
@@ -39,29 +39,23 @@ async fn spans_go_to_an_https_collector_that_asks_for_a_client_certificate() {
     let pki = Pki::new();
     let receiver = OtlpReceiver::start_tls(&pki, true).await;
     let identity = pki.client("timer-service");
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
     let (ca, cert, key) = (
         pki.ca_file.display().to_string(),
         identity.cert.display().to_string(),
         identity.key.display().to_string(),
     );
-    let _daemon = DaemonProcess::start_with(
-        &server,
-        &scratch,
+    let exporting = Exporting::start(
+        &receiver.endpoint,
         &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
             ("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca),
             ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
             // The traces form wins over the general one.
             ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/nonexistent/key.pem"),
             ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", &key),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
         ],
-    );
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
-    a_traced_timer_fires(&client).await;
+    )
+    .await;
+    a_traced_timer_fires(&exporting.client).await;
     let names = common::eventually(
         Duration::from_secs(15),
         "the four spans of the traced timer",
@@ -89,21 +83,10 @@ async fn spans_go_to_an_https_collector_that_asks_for_a_client_certificate() {
 async fn a_collector_it_cannot_trust_gets_nothing_and_holds_no_timer_back() {
     let pki = Pki::new();
     let receiver = OtlpReceiver::start_tls(&pki, false).await;
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
     // No OTEL_EXPORTER_OTLP_CERTIFICATE: the system's certificates, which do not know the
     // test's CA.
-    let _daemon = DaemonProcess::start_with(
-        &server,
-        &scratch,
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-        ],
-    );
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
-    let late = a_traced_timer_fires(&client).await;
+    let exporting = Exporting::start(&receiver.endpoint, &[]).await;
+    let late = a_traced_timer_fires(&exporting.client).await;
     assert!(
         late < chrono::Duration::seconds(1),
         "stored {late} after its dueAt"

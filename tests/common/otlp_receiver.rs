@@ -18,6 +18,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::common::pki::Pki;
+use crate::common::{DaemonProcess, NatsServer, Scratch, TestClient};
 
 /// One span as received.
 #[derive(Debug, Clone)]
@@ -232,4 +233,35 @@ fn text_map(
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A daemon process exporting its spans to `endpoint` every 50 ms (`env` besides), on a broker
+/// and a database of its own, and a client once the daemon's command stream exists. Fields drop
+/// in order: the daemon before its database and broker.
+pub struct Exporting {
+    pub client: TestClient,
+    pub daemon: DaemonProcess,
+    pub scratch: Scratch,
+    pub server: NatsServer,
+}
+
+impl Exporting {
+    pub async fn start(endpoint: &str, env: &[(&str, &str)]) -> Self {
+        let server = NatsServer::start();
+        let scratch = Scratch::new();
+        let mut all = vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ];
+        all.extend_from_slice(env);
+        let daemon = DaemonProcess::start_with(&server, &scratch, &all);
+        let client = TestClient::connect(&server).await;
+        client.wait_for_command_stream().await;
+        Self {
+            client,
+            daemon,
+            scratch,
+            server,
+        }
+    }
 }
