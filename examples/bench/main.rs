@@ -25,8 +25,14 @@
 #[allow(dead_code)]
 #[path = "../../tests/common/nats_server.rs"]
 mod nats_server;
+#[allow(dead_code)]
+#[path = "../../tests/common/pki.rs"]
+mod pki;
 #[path = "../../tests/common/support.rs"]
 mod support;
+#[allow(dead_code)]
+#[path = "../../tests/common/tls_front.rs"]
+mod tls_front;
 
 mod daemon;
 mod plot;

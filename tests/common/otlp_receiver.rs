@@ -1,11 +1,11 @@
 //! A test OTLP/HTTP receiver: a real HTTP server on a free port that takes what an exporter
 //! posts to `/v1/traces`, in protobuf (the exporters' default) or in JSON, and keeps every span
-//! with the encoding it came in. [`OtlpReceiver::start_tls`] puts it behind TLS.
+//! with the encoding it came in. [`OtlpReceiver::start_tls`] puts it behind TLS
+//! ([`TlsFront`]).
 // Two test binaries use it, each a part.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -14,10 +14,9 @@ use axum::routing::post;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::common::pki::Pki;
+use crate::common::tls_front::TlsFront;
 use crate::common::{DaemonProcess, NatsServer, Scratch, TestClient};
 
 /// One span as received.
@@ -45,9 +44,9 @@ pub struct ReceivedSpan {
 pub struct OtlpReceiver {
     pub endpoint: String,
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
-    /// TLS handshakes that failed (behind TLS).
-    refused: Arc<AtomicUsize>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The TLS in front of it, if any.
+    front: Option<TlsFront>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl OtlpReceiver {
@@ -71,70 +70,26 @@ impl OtlpReceiver {
         Self {
             endpoint,
             spans,
-            refused: Arc::default(),
-            tasks: vec![task],
+            front: None,
+            task,
         }
     }
 
     /// The receiver behind TLS (`https://127.0.0.1:…`) with `pki`'s server certificate; with
-    /// `client_auth`, a client must show a certificate `pki`'s CA signed. Each connection's TLS
-    /// is ended in front and its bytes passed on to the plain receiver.
+    /// `client_auth`, a client must show a certificate `pki`'s CA signed.
     pub async fn start_tls(pki: &Pki, client_auth: bool) -> Self {
         let mut receiver = Self::start().await;
         let plain = receiver.endpoint.trim_start_matches("http://").to_owned();
-        let chain = CertificateDer::pem_file_iter(&pki.server_cert)
-            .expect("server certificate")
-            .collect::<Result<Vec<_>, _>>()
-            .expect("server certificate");
-        let key = PrivateKeyDer::from_pem_file(&pki.server_key).expect("server key");
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .expect("protocol versions");
-        let builder = if client_auth {
-            let mut roots = rustls::RootCertStore::empty();
-            roots
-                .add(CertificateDer::from_pem_file(&pki.ca_file).expect("CA"))
-                .expect("CA");
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .build()
-                    .expect("client verifier");
-            builder.with_client_cert_verifier(verifier)
-        } else {
-            builder.with_no_client_auth()
-        };
-        let config = builder.with_single_cert(chain, key).expect("server config");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the TLS front");
-        receiver.endpoint = format!("https://{}", listener.local_addr().expect("address"));
-        let refused = receiver.refused.clone();
-        receiver.tasks.push(tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, plain, refused) = (acceptor.clone(), plain.clone(), refused.clone());
-                tokio::spawn(async move {
-                    match acceptor.accept(tcp).await {
-                        Ok(mut tls) => {
-                            if let Ok(mut upstream) = tokio::net::TcpStream::connect(&plain).await {
-                                let _ =
-                                    tokio::io::copy_bidirectional(&mut tls, &mut upstream).await;
-                            }
-                        }
-                        Err(_) => {
-                            refused.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                });
-            }
-        }));
+        let ca = client_auth.then_some(pki.ca_file.as_path());
+        let front = TlsFront::start(&plain, &pki.server_cert, &pki.server_key, ca).await;
+        receiver.endpoint = format!("https://{}", front.address);
+        receiver.front = Some(front);
         receiver
     }
 
-    /// TLS handshakes that failed so far.
+    /// TLS handshakes that failed so far (behind TLS).
     pub fn handshakes_refused(&self) -> usize {
-        self.refused.load(Ordering::SeqCst)
+        self.front.as_ref().map_or(0, TlsFront::refused)
     }
 
     /// Every span received so far.
@@ -153,9 +108,7 @@ impl OtlpReceiver {
 
 impl Drop for OtlpReceiver {
     fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
+        self.task.abort();
     }
 }
 

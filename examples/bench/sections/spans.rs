@@ -1,6 +1,7 @@
 //! The `spans` section (SQLite): ingest and fire with every command traced (a sampled
-//! `traceparent`), without an exporter and with one sending to a collector in this process,
-//! beside untraced commands without an exporter; and how many spans the collector received.
+//! `traceparent`), without an exporter and with one sending to a collector in this process
+//! (over plain HTTP, and over TLS), beside untraced commands without an exporter; and how many
+//! spans the collector received.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,27 +12,53 @@ use prost::Message;
 
 use super::Ctx;
 use crate::Figures;
+use crate::tls_front::TlsFront;
 use crate::workloads::{self, Carried};
 
 /// How far ahead the fired timers are due.
 const FIRE_LEAD: Duration = Duration::from_secs(6);
 
+/// Where a variant's spans go.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Export {
+    None,
+    /// To the collector over plain HTTP.
+    Http,
+    /// To the collector over TLS, verified against the benchmark's own CA.
+    Https,
+}
+
 /// The variants: label, commands traced, spans exported.
-pub const VARIANTS: [(&str, bool, bool); 3] = [
-    ("plain", false, false),
-    ("carried", true, false),
-    ("exported", true, true),
+pub const VARIANTS: [(&str, bool, Export); 4] = [
+    ("plain", false, Export::None),
+    ("carried", true, Export::None),
+    ("exported", true, Export::Http),
+    ("exported-tls", true, Export::Https),
 ];
 
 pub(super) async fn spans(ctx: &Ctx<'_>, f: &mut Figures) {
     let args = ctx.args;
     let collector = Collector::start().await;
-    for (label, traced, exported) in VARIANTS {
+    // The same collector behind TLS, with a server certificate of the benchmark's own CA.
+    let pki = crate::pki::Pki::new();
+    let plain = collector.endpoint.trim_start_matches("http://");
+    let front = TlsFront::start(plain, &pki.server_cert, &pki.server_key, None).await;
+    for (label, traced, export) in VARIANTS {
         let mut daemon = ctx.default("d");
-        if exported {
+        let endpoint = match export {
+            Export::None => None,
+            Export::Http => Some(collector.endpoint.clone()),
+            Export::Https => Some(format!("https://{}", front.address)),
+        };
+        if let Some(endpoint) = endpoint {
+            daemon
+                .env
+                .push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint));
+        }
+        if export == Export::Https {
             daemon.env.push((
-                "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
-                collector.endpoint.clone(),
+                "OTEL_EXPORTER_OTLP_CERTIFICATE".into(),
+                pki.ca_file.display().to_string(),
             ));
         }
         let daemons = [daemon];
