@@ -97,4 +97,14 @@ async fn a_collector_it_cannot_trust_gets_nothing_and_holds_no_timer_back() {
     })
     .await;
     assert!(receiver.spans().is_empty());
+    // And the operator reads why in the log.
+    common::eventually(
+        Duration::from_secs(15),
+        "the failed export logged",
+        || async {
+            let log = std::fs::read_to_string(&exporting.daemon.log).unwrap_or_default();
+            log.contains("BatchSpanProcessor.ExportError").then_some(())
+        },
+    )
+    .await;
 }
