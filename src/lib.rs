@@ -9,12 +9,12 @@
 //! # Layout
 //!
 //! - [`domain`]: the rules, no I/O. `command` (parsing and validating commands), `tenant`
-//!   (tenant id rules), `timer` (rows, the rules table as a reference model), `order` (command
-//!   order across stream incarnations), `quota` (per-tenant limits and the decision for one
-//!   command), `events` (the envelopes published), `data` (a timer's JSON data, kept as the
-//!   text the client wrote), `trace` (a command's W3C trace context), `api` (API requests and
-//!   replies), `subjects`, `envelope`, `timestamp`, `schema_types` (field rules named in the
-//!   JSON Schemas).
+//!   (tenant id rules), `ids` (service call and correlation id rules), `timer` (rows, the
+//!   rules table as a reference model), `order` (command order across stream incarnations),
+//!   `quota` (per-tenant limits and the decision for one command), `events` (the envelopes
+//!   published), `data` (a timer's JSON data, kept as the text the client wrote), `trace` (a
+//!   command's W3C trace context), `api` (API requests and replies), `subjects`, `envelope`,
+//!   `timestamp`, `schema_types` (field rules named in the JSON Schemas).
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
 //!   [`ports::Clock`], the API's server and publisher (test doubles: `tests/common/doubles.rs`).
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker: `connection`,

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::command::check_service_call_id;
 use super::forecast::MAX_FORECAST_MINUTES;
+use super::ids::check_service_call_id;
 use super::schema_types;
 use super::timer::{Timer, TimerState};
 use super::timestamp::{format_utc, parse_due_at, parse_stored};

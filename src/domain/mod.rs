@@ -6,6 +6,7 @@ pub mod data;
 pub mod envelope;
 pub mod events;
 pub mod forecast;
+pub mod ids;
 pub mod order;
 pub mod quota;
 pub mod schema_types;

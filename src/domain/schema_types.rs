@@ -6,7 +6,7 @@
 
 use schemars::JsonSchema;
 
-use super::command::{MAX_CORRELATION_ID_CHARS, MAX_SERVICE_CALL_ID_CHARS};
+use super::ids::{MAX_CORRELATION_ID_CHARS, MAX_SERVICE_CALL_ID_CHARS};
 use super::tenant::MAX_TENANT_ID_CHARS;
 
 /// Text without a control character (Unicode `Cc`, what `char::is_control` finds).
