@@ -8,32 +8,23 @@ pub const MAX_CORRELATION_ID_CHARS: usize = 256;
 
 /// Checks a service call id: 1–128 characters, none of them a control character.
 pub fn check_service_call_id(service_call_id: &str) -> Result<(), String> {
-    let chars = service_call_id.chars().count();
-    if chars == 0 || chars > MAX_SERVICE_CALL_ID_CHARS {
-        return Err(format!(
-            "serviceCallId must be 1–{MAX_SERVICE_CALL_ID_CHARS} characters, got {chars}"
-        ));
-    }
-    if service_call_id.chars().any(char::is_control) {
-        return Err(format!(
-            "serviceCallId {service_call_id:?} contains a control character"
-        ));
-    }
-    Ok(())
+    check_id("serviceCallId", service_call_id, MAX_SERVICE_CALL_ID_CHARS)
 }
 
 /// Checks a correlation id: 1–256 characters, none of them a control character (NUL included).
 pub fn check_correlation_id(correlation_id: &str) -> Result<(), String> {
-    let chars = correlation_id.chars().count();
-    if chars == 0 || chars > MAX_CORRELATION_ID_CHARS {
-        return Err(format!(
-            "correlationId must be 1–{MAX_CORRELATION_ID_CHARS} characters, got {chars}"
-        ));
+    check_id("correlationId", correlation_id, MAX_CORRELATION_ID_CHARS)
+}
+
+/// The rule both ids share: 1–`max` characters, none of them a control character; `field` names
+/// the id in the reason.
+fn check_id(field: &str, id: &str, max: usize) -> Result<(), String> {
+    let chars = id.chars().count();
+    if chars == 0 || chars > max {
+        return Err(format!("{field} must be 1–{max} characters, got {chars}"));
     }
-    if correlation_id.chars().any(char::is_control) {
-        return Err(format!(
-            "correlationId {correlation_id:?} contains a control character"
-        ));
+    if id.chars().any(char::is_control) {
+        return Err(format!("{field} {id:?} contains a control character"));
     }
     Ok(())
 }

@@ -201,16 +201,12 @@ async fn store_around_refused(
     quotas: Arc<Quotas>,
 ) -> Stored {
     let persistence = args.registry.persistence();
-    // What each committed part refused past quotas, with the part's first position.
-    let parts_applied: Arc<Mutex<Vec<(usize, Applied)>>> = Arc::default();
-    // The commits of the parts stored, for their commands' spans.
-    let commits: Arc<Mutex<Vec<Commit>>> = Arc::default();
+    // Each committed part: its commit, for its commands' spans, and what it refused past quotas.
+    let parts: Arc<Mutex<Vec<(Commit, Applied)>>> = Arc::default();
     let outcome = split(commands.len(), reason, |part| {
-        let offset = part.start;
         let started = SystemTime::now();
         let queued = persistence.apply_part_queued(commands.clone(), part.clone(), quotas.clone());
-        let parts_applied = parts_applied.clone();
-        let commits = commits.clone();
+        let parts = parts.clone();
         async move {
             let applied = applied(queued).await?;
             let commit = Commit {
@@ -218,14 +214,8 @@ async fn store_around_refused(
                 ended: SystemTime::now(),
                 part,
             };
-            commits
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(commit);
-            if !applied.refused.is_empty() {
-                let mut parts = parts_applied.lock().unwrap_or_else(|e| e.into_inner());
-                parts.push((offset, applied));
-            }
+            let mut parts = parts.lock().unwrap_or_else(|e| e.into_inner());
+            parts.push((commit, applied));
             Ok(())
         }
     })
@@ -239,10 +229,11 @@ async fn store_around_refused(
         "the database refused commands of a batch; the batch was split to store the rest"
     );
     let mut inbound: Vec<Option<InboundCommand>> = inbound.into_iter().map(Some).collect();
-    let parts_applied =
-        std::mem::take(&mut *parts_applied.lock().unwrap_or_else(|e| e.into_inner()));
+    let parts = std::mem::take(&mut *parts.lock().unwrap_or_else(|e| e.into_inner()));
     let mut rejected = Vec::new();
-    for (offset, applied) in parts_applied {
+    let mut commits = Vec::with_capacity(parts.len());
+    for (commit, applied) in parts {
+        let offset = commit.part.start;
         rejected.extend(refused_by_quota(
             &quotas,
             &commands,
@@ -250,8 +241,8 @@ async fn store_around_refused(
             offset,
             applied,
         ));
+        commits.push(commit);
     }
-    let commits = std::mem::take(&mut *commits.lock().unwrap_or_else(|e| e.into_inner()));
     acknowledge_stored(
         args,
         &commands,

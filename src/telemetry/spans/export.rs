@@ -85,7 +85,7 @@ pub fn install(instance: &str, database: &'static str) -> Result<Option<Exporter
         Some("http/json") => opentelemetry_otlp::Protocol::HttpJson,
         Some(other) => return Err(ExportError::Protocol(other.to_owned())),
     };
-    let client = http_client::build(&vars)?;
+    let client = http_client::build(&vars, &endpoint)?;
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(client)

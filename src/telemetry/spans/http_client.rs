@@ -51,9 +51,13 @@ impl Variables {
     }
 }
 
-/// The blocking client the exporter's thread posts with. Built on a thread of its own: reqwest's
-/// blocking client owns a runtime, which must not be made or dropped inside the daemon's.
-pub(super) fn build(vars: &Variables) -> Result<reqwest::blocking::Client, ExportError> {
+/// The blocking client the exporter's thread posts to `endpoint` with. Built on a thread of its
+/// own: reqwest's blocking client owns a runtime, which must not be made or dropped inside the
+/// daemon's.
+pub(super) fn build(
+    vars: &Variables,
+    endpoint: &str,
+) -> Result<reqwest::blocking::Client, ExportError> {
     let timeout = match vars.traces_named("TIMEOUT") {
         None => DEFAULT_TIMEOUT,
         Some((name, ms)) => ms
@@ -61,9 +65,7 @@ pub(super) fn build(vars: &Variables) -> Result<reqwest::blocking::Client, Expor
             .map(Duration::from_millis)
             .map_err(|_| ExportError::Setting(format!("{name}={ms:?}: expected milliseconds")))?,
     };
-    let https = vars
-        .traces("ENDPOINT")
-        .is_some_and(|e| e.to_ascii_lowercase().starts_with("https:"));
+    let https = endpoint.to_ascii_lowercase().starts_with("https:");
     let tls = tls_config(vars, https)?;
     std::thread::spawn(move || {
         reqwest::blocking::Client::builder()
