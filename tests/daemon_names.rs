@@ -17,19 +17,6 @@ fn postgres_scratch() -> Option<Scratch> {
     Scratch::postgres_only("daemon names matter where daemons share a database")
 }
 
-fn log_of(daemon: &DaemonProcess) -> String {
-    std::fs::read_to_string(&daemon.log).unwrap_or_default()
-}
-
-/// Waits until `daemon` logs `line` (or exits), up to `timeout`.
-async fn await_log(daemon: &DaemonProcess, line: &str, timeout: Duration) -> String {
-    eventually(timeout, line, || async {
-        let log = log_of(daemon);
-        log.contains(line).then_some(log)
-    })
-    .await
-}
-
 /// The rows of the `daemons` table: name and instance.
 async fn daemons(scratch: &Scratch) -> Vec<(String, Option<String>)> {
     common::query_rows(
@@ -63,7 +50,9 @@ async fn a_second_daemon_under_a_live_daemons_name_refuses_to_start() {
     let client = TestClient::connect(&server).await;
     let first = DaemonProcess::start_with(&server, &scratch, &[("TIMER_NAME", "twin")]);
     client.wait_for_command_stream().await;
-    await_log(&first, "timer-service running", Duration::from_secs(15)).await;
+    first
+        .await_log("timer-service running", Duration::from_secs(15))
+        .await;
 
     let started = Instant::now();
     let second = DaemonProcess::start_with(&server, &scratch, &[("TIMER_NAME", "twin")]);
@@ -88,7 +77,11 @@ async fn a_second_daemon_under_a_live_daemons_name_refuses_to_start() {
     let rows = daemons(&scratch).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].0, "twin");
-    assert!(!log_of(&first).contains("another daemon has taken this daemon's name"));
+    assert!(
+        !first
+            .log_text()
+            .contains("another daemon has taken this daemon's name")
+    );
     first.signal(libc::SIGTERM);
     assert!(first.wait_exit(Duration::from_secs(15)).await.success());
 }
@@ -110,7 +103,9 @@ async fn a_daemon_killed_and_restarted_under_its_name_takes_it_back() {
 
     let started = Instant::now();
     let daemon = DaemonProcess::start_with(&server, &scratch, &env);
-    let log = await_log(&daemon, "timer-service running", Duration::from_secs(30)).await;
+    let log = daemon
+        .await_log("timer-service running", Duration::from_secs(30))
+        .await;
     let took = started.elapsed();
     let taken = log
         .lines()
@@ -129,7 +124,9 @@ async fn a_daemon_killed_and_restarted_under_its_name_takes_it_back() {
 
     // A graceful stop gives the name up: the next start takes it at once.
     let daemon = DaemonProcess::start_with(&server, &scratch, &env);
-    let log = await_log(&daemon, "daemon name taken", Duration::from_secs(30)).await;
+    let log = daemon
+        .await_log("daemon name taken", Duration::from_secs(30))
+        .await;
     assert!(log.contains("waited_ms=0"), "{log}");
     daemon.signal(libc::SIGTERM);
     assert!(daemon.wait_exit(Duration::from_secs(15)).await.success());
@@ -147,7 +144,9 @@ async fn daemons_without_a_configured_name_pick_different_ones() {
     client.wait_for_command_stream().await;
     let mut names = Vec::new();
     for daemon in [&one, &two] {
-        let log = await_log(daemon, "timer-service running", Duration::from_secs(30)).await;
+        let log = daemon
+            .await_log("timer-service running", Duration::from_secs(30))
+            .await;
         let taken = log
             .lines()
             .find(|line| line.contains("daemon name taken"))
@@ -201,7 +200,9 @@ async fn a_daemon_frozen_while_another_takes_its_name_says_so_and_stops_claiming
     // Frozen past the watch (5 s): its row stands still, so a new daemon takes the name.
     frozen.signal(libc::SIGSTOP);
     let taker = DaemonProcess::start_with(&server, &scratch, &[("TIMER_NAME", "sleeper")]);
-    let log = await_log(&taker, "timer-service running", Duration::from_secs(30)).await;
+    let log = taker
+        .await_log("timer-service running", Duration::from_secs(30))
+        .await;
     assert!(!log.contains("waited_ms=0"), "{log}");
     frozen.signal(libc::SIGCONT);
 
@@ -217,12 +218,12 @@ async fn a_daemon_frozen_while_another_takes_its_name_says_so_and_stops_claiming
         },
     )
     .await;
-    await_log(
-        &frozen,
-        "another daemon has taken this daemon's name",
-        Duration::from_secs(10),
-    )
-    .await;
+    frozen
+        .await_log(
+            "another daemon has taken this daemon's name",
+            Duration::from_secs(10),
+        )
+        .await;
     // Timers still fire, claimed by the daemon that holds the name now.
     fires(&client, "after-the-takeover").await;
     // The row is marked after the broker's answer, so the event can arrive first.
@@ -237,7 +238,7 @@ async fn a_daemon_frozen_while_another_takes_its_name_says_so_and_stops_claiming
     })
     .await;
     assert!(
-        !log_of(&frozen).contains("DueTimeReached published"),
+        !frozen.log_text().contains("DueTimeReached published"),
         "the frozen daemon fired after losing its name"
     );
 }

@@ -107,15 +107,10 @@ async fn commands_held_at_a_kill_come_back_within_seconds() {
     process.kill9();
     let restarted = Utc::now();
     let process = DaemonProcess::start(&server, &scratch);
-    let running = eventually(
-        Duration::from_secs(15),
-        "the restarted daemon running",
-        || async {
-            let log = std::fs::read_to_string(&process.log).unwrap_or_default();
-            log.contains("timer-service running").then(Utc::now)
-        },
-    )
-    .await;
+    process
+        .await_log("timer-service running", Duration::from_secs(15))
+        .await;
+    let running = Utc::now();
     let events = client
         .await_all_fired("acme", &ids, Duration::from_secs(25))
         .await;

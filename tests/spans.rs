@@ -115,7 +115,7 @@ async fn a_traced_timer_gives_its_spans_to_the_collector_and_its_event_joins_the
     assert_eq!(process.resource["service.version"], "9.9.9");
     assert_eq!(process.resource["deployment.environment.name"], "test");
     // The instance id the daemon logged with its name.
-    let log = std::fs::read_to_string(&exporting.daemon.log).unwrap();
+    let log = exporting.daemon.log_text();
     let instance = &process.resource["service.instance.id"];
     assert!(
         log.contains(&format!("instance=\"{instance}\"")),
@@ -278,7 +278,7 @@ async fn each_command_of_a_split_batch_gets_the_store_span_of_its_part() {
         assert!(process.start_ns <= store.start_ns && store.end_ns <= process.end_ns);
         parts.insert((store.start_ns, store.end_ns));
     }
-    let log = std::fs::read_to_string(&daemon.log).unwrap();
+    let log = daemon.log_text();
     assert!(
         log.contains("the batch was split to store the rest"),
         "no split in the log:\n{log}"
@@ -352,7 +352,15 @@ async fn an_export_it_cannot_make_is_refused_at_the_start_with_the_reason() {
     let server = common::NatsServer::start();
     let scratch = common::Scratch::new();
     let https = "https://127.0.0.1:4318";
-    let cases: [(&[(&str, &str)], &str); 4] = [
+    // A CA file with no certificate in it, and a machine whose system store is empty (the
+    // variables the system store is read from, pointed at nothing).
+    let not_pem = scratch.dir.path().join("not-a-certificate.pem");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let not_pem = not_pem.display().to_string();
+    let empty_dir = scratch.dir.path().join("no-certificates");
+    std::fs::create_dir(&empty_dir).unwrap();
+    let empty_dir = empty_dir.display().to_string();
+    let cases: [(&[(&str, &str)], &str); 6] = [
         (
             &[
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
@@ -380,6 +388,21 @@ async fn an_export_it_cannot_make_is_refused_at_the_start_with_the_reason() {
                 ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s"),
             ],
             "expected milliseconds",
+        ),
+        (
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", https),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", &not_pem),
+            ],
+            "no PEM certificate in it",
+        ),
+        (
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", https),
+                ("SSL_CERT_FILE", &not_pem),
+                ("SSL_CERT_DIR", &empty_dir),
+            ],
+            "no system certificate was found",
         ),
     ];
     for (env, reason) in cases {

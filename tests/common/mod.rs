@@ -241,6 +241,20 @@ impl DaemonProcess {
         self.child.id() as i32
     }
 
+    /// The daemon's log so far (empty before its first line).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the daemon logs `line`, up to `timeout`; returns the log then.
+    pub async fn await_log(&self, line: &str, timeout: Duration) -> String {
+        eventually(timeout, line, || async {
+            let log = self.log_text();
+            log.contains(line).then_some(log)
+        })
+        .await
+    }
+
     pub fn kill9(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

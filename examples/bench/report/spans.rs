@@ -18,8 +18,8 @@ pub(super) fn spans(r: &mut String, args: &Args, f: &Figures) {
          `carried`: every command with a sampled `traceparent`, no exporter (the events carry \
          it on); `exported`: the same with `OTEL_EXPORTER_OTLP_ENDPOINT` set to a collector in \
          the benchmark's process (OTLP/HTTP protobuf, default batching); `exported-tls`: the \
-         same collector over TLS (`https:`, its CA in `OTEL_EXPORTER_OTLP_CERTIFICATE`). Ratio: ÷ plain, of the \
-         medians. Spans received: median per run, of the 2 per command (process, store) and 2 \
+         same collector over TLS (`https:`, its CA in `OTEL_EXPORTER_OTLP_CERTIFICATE`). \
+         Ratio: ÷ plain, of the medians. Spans received: median per run, of the 2 per command (process, store) and 2 \
          per timer (claim, publish) recorded.\n",
         args.ingest_n, args.fire_n
     );

@@ -19,7 +19,7 @@ use crate::workloads::{self, Carried};
 const FIRE_LEAD: Duration = Duration::from_secs(6);
 
 /// Where a variant's spans go.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 pub enum Export {
     None,
     /// To the collector over plain HTTP.
@@ -45,22 +45,18 @@ pub(super) async fn spans(ctx: &Ctx<'_>, f: &mut Figures) {
     let front = TlsFront::start(plain, &pki.server_cert, &pki.server_key, None).await;
     for (label, traced, export) in VARIANTS {
         let mut daemon = ctx.default("d");
-        let endpoint = match export {
-            Export::None => None,
-            Export::Http => Some(collector.endpoint.clone()),
-            Export::Https => Some(format!("https://{}", front.address)),
-        };
-        if let Some(endpoint) = endpoint {
-            daemon
-                .env
-                .push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint));
-        }
-        if export == Export::Https {
-            daemon.env.push((
-                "OTEL_EXPORTER_OTLP_CERTIFICATE".into(),
-                pki.ca_file.display().to_string(),
-            ));
-        }
+        let endpoint = || "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned();
+        daemon.env.extend(match export {
+            Export::None => vec![],
+            Export::Http => vec![(endpoint(), collector.endpoint.clone())],
+            Export::Https => vec![
+                (endpoint(), format!("https://{}", front.address)),
+                (
+                    "OTEL_EXPORTER_OTLP_CERTIFICATE".into(),
+                    pki.ca_file.display().to_string(),
+                ),
+            ],
+        });
         let daemons = [daemon];
         let carried = Carried { data: None, traced };
         eprintln!("spans ({label}): ingest and fire");
