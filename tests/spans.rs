@@ -296,55 +296,13 @@ async fn each_command_of_a_split_batch_gets_the_store_span_of_its_part() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_never_answers_delays_no_timer_and_no_stop() {
-    // Accepts connections and never answers.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", silent.local_addr().unwrap());
-    let exporting = Exporting::start(
-        &endpoint,
-        &[
-            // Small batches: many exports wait on the collector at once.
-            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "16"),
-            // A queue the 1,200 spans overflow: those past it are dropped, never waited for.
-            ("OTEL_BSP_MAX_QUEUE_SIZE", "64"),
-        ],
-    )
-    .await;
-    let client = &exporting.client;
-    let due_at = Utc::now() + chrono::Duration::milliseconds(3_000);
-    let count = 300;
-    for i in 0..count {
-        send(
-            client,
-            "timer.cmd.schedule.acme",
-            common::schedule_command("acme", &format!("t-{i}"), &common::rfc3339(due_at), None),
-            Some(&format!("00-{TRACE}-{:016x}-01", i + 1)),
-        )
-        .await;
-    }
-    let fired = common::eventually(Duration::from_secs(20), "every timer fired", || async {
-        let fired = client.fired_ids("acme").await;
-        (fired.len() == count).then_some(fired)
-    })
-    .await;
-    assert_eq!(fired.len(), count);
-    // Each late by less than the exporter's 10 s timeout: no firing waited on the collector.
-    let latest = client
-        .events("timer.evt.due.acme")
-        .await
-        .iter()
-        .map(|e| e.stored_at - e.due_at())
-        .max()
-        .unwrap();
-    assert!(
-        latest < chrono::Duration::seconds(5),
-        "the latest event was stored {latest} after its dueAt"
-    );
-    // The stop waits for the exporter a bounded time.
-    let Exporting { daemon, .. } = exporting;
-    daemon.signal(libc::SIGTERM);
-    let status = daemon.wait_exit(Duration::from_secs(20)).await;
-    assert!(status.success(), "{status:?}");
-    drop(silent);
+    let env = [
+        // Small batches: many exports wait on the collector at once.
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "16"),
+        // A queue the 1,200 spans overflow: those past it are dropped, never waited for.
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "64"),
+    ];
+    otlp_receiver::a_silent_collector_holds_nothing_back("http", 300, &env).await;
 }
 
 #[tokio::test]

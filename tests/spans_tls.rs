@@ -106,39 +106,6 @@ async fn a_collector_it_cannot_trust_gets_nothing_and_holds_no_timer_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_collector_that_never_answers_holds_no_timer_and_no_stop_back() {
-    // Accepts connections and never answers: each export waits on a handshake that never ends,
-    // bounded only by the exporter's timeout.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("https://{}", silent.local_addr().unwrap());
-    let exporting = Exporting::start(&endpoint, &[]).await;
-    let client = &exporting.client;
-    let due_at = common::rfc3339(Utc::now() + chrono::Duration::seconds(2));
-    let ids: Vec<String> = (0..50).map(|i| format!("t-{i}")).collect();
-    for (i, id) in ids.iter().enumerate() {
-        client
-            .publish_traced(
-                "timer.cmd.schedule.acme",
-                &common::schedule_command("acme", id, &due_at, None),
-                Some(&format!("00-{TRACE}-{:016x}-01", i + 1)),
-            )
-            .await;
-    }
-    let events = client
-        .await_all_fired("acme", &ids, Duration::from_secs(20))
-        .await;
-    let latest = events
-        .iter()
-        .map(|e| e.stored_at - e.due_at())
-        .max()
-        .unwrap();
-    assert!(
-        latest < chrono::Duration::seconds(5),
-        "the latest event was stored {latest} after its dueAt"
-    );
-    // The stop waits for the exporter a bounded time (5 s).
-    let Exporting { daemon, .. } = exporting;
-    daemon.signal(libc::SIGTERM);
-    let status = daemon.wait_exit(Duration::from_secs(20)).await;
-    assert!(status.success(), "{status:?}");
-    drop(silent);
+    // Each export waits on a handshake that never ends, bounded only by the exporter's timeout.
+    otlp_receiver::a_silent_collector_holds_nothing_back("https", 50, &[]).await;
 }

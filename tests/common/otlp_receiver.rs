@@ -7,10 +7,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::post;
+use chrono::Utc;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message;
@@ -217,4 +219,54 @@ impl Exporting {
             server,
         }
     }
+}
+
+/// Against a collector that accepts connections and never answers (over `scheme`: with `https`
+/// the TLS handshake is what never ends), `count` traced timers each fire less than 5 s late
+/// (the exporter's timeout is 10 s: no firing waited on the collector), and a SIGTERM stops the
+/// daemon cleanly within 20 s (the stop waits for the exporter a bounded time). `env` besides.
+pub async fn a_silent_collector_holds_nothing_back(
+    scheme: &str,
+    count: usize,
+    env: &[(&str, &str)],
+) {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("{scheme}://{}", silent.local_addr().unwrap());
+    let exporting = Exporting::start(&endpoint, env).await;
+    let client = &exporting.client;
+    let due_at = Utc::now() + chrono::Duration::milliseconds(3_000);
+    for i in 0..count {
+        let command = crate::common::schedule_command(
+            "acme",
+            &format!("t-{i}"),
+            &crate::common::rfc3339(due_at),
+            None,
+        );
+        let traceparent = format!("00-4bf92f3577b34da6a3ce929d0e0e4736-{:016x}-01", i + 1);
+        client
+            .publish_traced("timer.cmd.schedule.acme", &command, Some(&traceparent))
+            .await;
+    }
+    let fired = crate::common::eventually(Duration::from_secs(20), "every timer fired", || async {
+        let fired = client.fired_ids("acme").await;
+        (fired.len() == count).then_some(fired)
+    })
+    .await;
+    assert_eq!(fired.len(), count);
+    let latest = client
+        .events("timer.evt.due.acme")
+        .await
+        .iter()
+        .map(|e| e.stored_at - e.due_at())
+        .max()
+        .unwrap();
+    assert!(
+        latest < chrono::Duration::seconds(5),
+        "the latest event was stored {latest} after its dueAt"
+    );
+    let Exporting { daemon, .. } = exporting;
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.success(), "{status:?}");
+    drop(silent);
 }
