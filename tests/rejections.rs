@@ -144,6 +144,39 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
             "unknown command subject",
         ),
         (
+            // `_` receives the rejections of commands that name no valid tenant: reserved.
+            "timer.cmd.schedule._",
+            with(&|c| {
+                c["tenantId"] = json!("_");
+                c["payload"]["tenantId"] = json!("_");
+            }),
+            "_",
+            "tenantId \"_\" is reserved",
+        ),
+        (
+            // Data a common consumer cannot read (serde_json stops at 128 deep).
+            acme,
+            with(&|c| {
+                let mut deep = json!(1);
+                for _ in 0..65 {
+                    deep = json!([deep]);
+                }
+                c["payload"]["data"] = deep;
+            }),
+            "acme",
+            "data nests 65 arrays or objects deep, more than the 64 allowed (max_data_depth)",
+        ),
+        (
+            acme,
+            // A number is text here: as a `Value` it would be read as a float.
+            String::from_utf8(with(&|c| c["payload"]["data"] = json!({"n": "NUMBER"})))
+                .unwrap()
+                .replace("\"NUMBER\"", &"7".repeat(101))
+                .into_bytes(),
+            "acme",
+            "data has a number of 101 characters, more than the 100 allowed (max_data_number_chars)",
+        ),
+        (
             "timer.cmd.schedule.bad~tenant",
             with(&|_| {}),
             "_",

@@ -108,6 +108,12 @@ pub struct Config {
     /// Largest `data` a ScheduleTimer may carry (bytes of its JSON text); a larger one is
     /// rejected, 0 accepts none. The whole command is held to `max_command_bytes` besides.
     pub max_data_bytes: usize,
+    /// Arrays and objects open at once in `data`; deeper is rejected (serde_json, for one,
+    /// stops at 128), so one tenant's data cannot break a consumer of every tenant's events.
+    pub max_data_depth: usize,
+    /// Characters of the longest number in `data`; longer is rejected (Python's `json` raises
+    /// on a 5,000-digit integer).
+    pub max_data_number_chars: usize,
     /// This daemon's name: in its logs and metrics, and on the timers it claims for firing.
     /// Keep it stable across restarts (a restarted daemon resumes its own claims at once) and
     /// unique among daemons sharing a database. When unset, see [`Config::daemon_name`].
@@ -176,54 +182,6 @@ pub struct RetentionSettings {
     pub keep_finished: Duration,
 }
 
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Taken apart field by field, so that a new field cannot be left out unnoticed.
-        let Self {
-            broker_url,
-            db_path,
-            database_url,
-            polling_interval,
-            batch_size,
-            max_command_bytes,
-            max_data_bytes,
-            name,
-            claim_lease,
-            nats,
-            sqlite,
-            postgres,
-            supervisor,
-            http,
-            log,
-            retention,
-            quotas,
-            metrics,
-            api,
-        } = self;
-        f.debug_struct("Config")
-            .field("broker_url", &redact_url(broker_url))
-            .field("db_path", db_path)
-            .field("database_url", &database_url.as_deref().map(redact_url))
-            .field("polling_interval", polling_interval)
-            .field("batch_size", batch_size)
-            .field("max_command_bytes", max_command_bytes)
-            .field("max_data_bytes", max_data_bytes)
-            .field("name", name)
-            .field("claim_lease", claim_lease)
-            .field("nats", nats)
-            .field("sqlite", sqlite)
-            .field("postgres", postgres)
-            .field("supervisor", supervisor)
-            .field("http", http)
-            .field("log", log)
-            .field("retention", retention)
-            .field("quotas", quotas)
-            .field("metrics", metrics)
-            .field("api", api)
-            .finish()
-    }
-}
-
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -234,6 +192,8 @@ impl Default for Config {
             batch_size: 100,
             max_command_bytes: 64 * 1024,
             max_data_bytes: 16 * 1024,
+            max_data_depth: 64,
+            max_data_number_chars: 100,
             name: None,
             claim_lease: Duration::from_secs(30),
             nats: NatsSettings::default(),
@@ -256,6 +216,8 @@ impl Config {
         crate::domain::CommandLimits {
             max_bytes: self.max_command_bytes,
             max_data_bytes: self.max_data_bytes,
+            max_data_depth: self.max_data_depth,
+            max_data_number_chars: self.max_data_number_chars,
         }
     }
 }

@@ -158,6 +158,60 @@ impl FromStr for Secret {
     }
 }
 
+/// The configuration as logged at the start: every URL masked ([`redact_url`]), every secret a
+/// [`Secret`].
+impl fmt::Debug for super::Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Taken apart field by field, so that a new field cannot be left out unnoticed.
+        let Self {
+            broker_url,
+            db_path,
+            database_url,
+            polling_interval,
+            batch_size,
+            max_command_bytes,
+            max_data_bytes,
+            max_data_depth,
+            max_data_number_chars,
+            name,
+            claim_lease,
+            nats,
+            sqlite,
+            postgres,
+            supervisor,
+            http,
+            log,
+            retention,
+            quotas,
+            metrics,
+            api,
+        } = self;
+        f.debug_struct("Config")
+            .field("broker_url", &redact_url(broker_url))
+            .field("db_path", db_path)
+            .field("database_url", &database_url.as_deref().map(redact_url))
+            .field("polling_interval", polling_interval)
+            .field("batch_size", batch_size)
+            .field("max_command_bytes", max_command_bytes)
+            .field("max_data_bytes", max_data_bytes)
+            .field("max_data_depth", max_data_depth)
+            .field("max_data_number_chars", max_data_number_chars)
+            .field("name", name)
+            .field("claim_lease", claim_lease)
+            .field("nats", nats)
+            .field("sqlite", sqlite)
+            .field("postgres", postgres)
+            .field("supervisor", supervisor)
+            .field("http", http)
+            .field("log", log)
+            .field("retention", retention)
+            .field("quotas", quotas)
+            .field("metrics", metrics)
+            .field("api", api)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,13 +97,43 @@ impl RejectionKind {
     }
 }
 
-/// The sizes a command is held to (`max_command_bytes`, `max_data_bytes`).
+/// The sizes a command is held to (`max_command_bytes`, `max_data_bytes`, `max_data_depth`,
+/// `max_data_number_chars`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommandLimits {
     /// The whole message, in bytes.
     pub max_bytes: usize,
     /// A ScheduleTimer's `data`, in bytes of its JSON text.
     pub max_data_bytes: usize,
+    /// Arrays and objects open at once in `data`.
+    pub max_data_depth: usize,
+    /// Characters of the longest number in `data`.
+    pub max_data_number_chars: usize,
+}
+
+/// Why `data` is refused, if it is: too large, too deep or with too long a number.
+fn check_data(data: &TimerData, limits: CommandLimits) -> Result<(), String> {
+    if data.len() > limits.max_data_bytes {
+        return Err(format!(
+            "data is {} bytes, more than the {}-byte limit (max_data_bytes)",
+            data.len(),
+            limits.max_data_bytes
+        ));
+    }
+    let shape = data.shape();
+    if shape.depth > limits.max_data_depth {
+        return Err(format!(
+            "data nests {} arrays or objects deep, more than the {} allowed (max_data_depth)",
+            shape.depth, limits.max_data_depth
+        ));
+    }
+    if shape.longest_number > limits.max_data_number_chars {
+        return Err(format!(
+            "data has a number of {} characters, more than the {} allowed (max_data_number_chars)",
+            shape.longest_number, limits.max_data_number_chars
+        ));
+    }
+    Ok(())
 }
 
 /// Where and when a command arrived: its JetStream stream sequence (the order of commands) and
@@ -185,14 +215,8 @@ pub fn parse_command(
             payload_tenant_matches(&payload.tenant_id)?;
             check_service_call_id(&payload.service_call_id).map_err(reject)?;
             let due_at = parse_due_at(&payload.due_at).map_err(reject)?;
-            if let Some(data) = &payload.data
-                && data.len() > limits.max_data_bytes
-            {
-                return Err(reject(format!(
-                    "data is {} bytes, more than the {}-byte limit (max_data_bytes)",
-                    data.len(),
-                    limits.max_data_bytes
-                )));
+            if let Some(data) = &payload.data {
+                check_data(data, limits).map_err(reject)?;
             }
             let data = payload.data;
             (

@@ -35,6 +35,64 @@ impl TimerData {
     pub fn is_empty(&self) -> bool {
         self.as_str().is_empty()
     }
+
+    /// Its shape as `max_data_depth` and `max_data_number_chars` count it.
+    pub fn shape(&self) -> Shape {
+        Shape::of(self.as_str())
+    }
+}
+
+/// How deep a JSON text nests and how long its longest number is. Any JSON parser takes such a
+/// text, but common consumers do not: Python's `json` raises on a 5,000-digit integer, serde_json
+/// stops at a depth of 128. One tenant's data must not break a consumer of every tenant's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// The most arrays and objects open at once (`1` for `[1]`, `0` for `1`).
+    pub depth: usize,
+    /// The characters of the longest number, sign and exponent included.
+    pub longest_number: usize,
+}
+
+impl Shape {
+    /// One pass over valid JSON text, no tree: strings are skipped (their escapes too), and a
+    /// number is a run of `-+.eE` and digits that starts outside a string with `-` or a digit.
+    pub fn of(json: &str) -> Self {
+        let mut shape = Self::default();
+        let (mut depth, mut number) = (0usize, 0usize);
+        let mut bytes = json.bytes();
+        while let Some(b) = bytes.next() {
+            if number > 0 {
+                if matches!(b, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                    number += 1;
+                    continue;
+                }
+                shape.longest_number = shape.longest_number.max(number);
+                number = 0;
+            }
+            match b {
+                b'[' | b'{' => {
+                    depth += 1;
+                    shape.depth = shape.depth.max(depth);
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                b'-' | b'0'..=b'9' => number = 1,
+                b'"' => {
+                    while let Some(c) = bytes.next() {
+                        match c {
+                            b'\\' => {
+                                bytes.next();
+                            }
+                            b'"' => break,
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        shape.longest_number = shape.longest_number.max(number);
+        shape
+    }
 }
 
 impl PartialEq for TimerData {
@@ -99,6 +157,46 @@ mod tests {
         let null: Holder = serde_json::from_str(r#"{"data": null}"#).unwrap();
         assert_eq!((absent.data, null.data), (None, None));
         assert_eq!(serde_json::to_string(&Holder { data: None }).unwrap(), "{}");
+    }
+
+    #[test]
+    fn shape_counts_nesting_and_number_length_outside_strings() {
+        let shape = |json: &str| Shape::of(json);
+        assert_eq!(
+            shape("1"),
+            Shape {
+                depth: 0,
+                longest_number: 1
+            }
+        );
+        assert_eq!(
+            shape("true"),
+            Shape {
+                depth: 0,
+                longest_number: 0
+            }
+        );
+        assert_eq!(
+            shape("[[{}]]"),
+            Shape {
+                depth: 3,
+                longest_number: 0
+            }
+        );
+        assert_eq!(shape("[1,[2],[[3]]]").depth, 3);
+        assert_eq!(shape(r#"{"a":-12.5e+10,"b":[7]}"#).longest_number, 9);
+        // Brackets, digits and escaped quotes inside strings are text.
+        assert_eq!(
+            shape(r#"{"[[[": "12345678 \" [[ 99999", "k": 12}"#),
+            Shape {
+                depth: 1,
+                longest_number: 2
+            }
+        );
+        assert_eq!(shape(r#"["\\", [1]]"#).depth, 2);
+        let deep = format!("{}{}", "[".repeat(8000), "]".repeat(8000));
+        assert_eq!(shape(&deep).depth, 8000);
+        assert_eq!(shape(&"9".repeat(5000)).longest_number, 5000);
     }
 
     #[test]

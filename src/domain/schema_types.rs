@@ -14,8 +14,9 @@ const NO_CONTROL_CHARACTERS: &str = r"^[^\u0000-\u001F\u007F-\u009F]*$";
 /// `YYYY-MM-DDTHH:MM:SS.sssZ`, the one format the service writes instants in.
 const UTC_MILLIS: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$";
 
-/// A tenant id: 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'. In a TimerCommandRejected
-/// whose subject names no readable tenant it is `_`.
+/// A tenant id: 1 to 64 characters of A-Z, a-z, 0-9, '_' and '-'. `_` alone is reserved: a
+/// command or request for it is rejected, and a TimerCommandRejected whose subject names no
+/// valid tenant has it.
 #[derive(JsonSchema)]
 pub struct TenantId(
     #[schemars(length(min = 1, max = MAX_TENANT_ID_CHARS), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
@@ -54,7 +55,8 @@ pub struct UtcInstant(
     #[schemars(extend("format" = "date-time"), regex(pattern = UTC_MILLIS))] pub String,
 );
 
-/// A timer's data: any JSON value, of at most `max_data_bytes` (16 KiB by default) as written;
-/// in a ScheduleTimer, `null` is the same as none.
+/// A timer's data: any JSON value, of at most `max_data_bytes` (16 KiB by default) as written,
+/// nested at most `max_data_depth` (64) deep, with numbers of at most `max_data_number_chars`
+/// (100) characters; in a ScheduleTimer, `null` is the same as none.
 #[derive(JsonSchema)]
 pub struct Data(pub serde_json::Value);

@@ -97,6 +97,8 @@ fn accepted(subject: &str, value: &Value) -> Result<Command, String> {
         crate::domain::command::CommandLimits {
             max_bytes: 65_536,
             max_data_bytes: 16_384,
+            max_data_depth: 64,
+            max_data_number_chars: 100,
         },
         arrival,
         || "generated".into(),

@@ -21,12 +21,16 @@ fn valid_payload() -> serde_json::Value {
 const LIMITS: CommandLimits = CommandLimits {
     max_bytes: 65_536,
     max_data_bytes: 16_384,
+    max_data_depth: 64,
+    max_data_number_chars: 100,
 };
 
 /// The limits of [`reason_of`] and the property test: a small message.
 const SMALL: CommandLimits = CommandLimits {
     max_bytes: 1024,
     max_data_bytes: 512,
+    max_data_depth: 64,
+    max_data_number_chars: 100,
 };
 
 const ARRIVAL: Arrival = Arrival {
@@ -118,6 +122,58 @@ fn a_schedule_carries_any_json_as_data_up_to_its_limit() {
         rejection.reason.starts_with("data is 1 bytes"),
         "{rejection:?}"
     );
+}
+
+/// A ScheduleTimer whose `data` is the JSON text `data`, written out by hand: a value nested
+/// thousands deep is text here, never a tree.
+fn with_raw_data(data: &str) -> Vec<u8> {
+    format!(
+        r#"{{"id":"01935c2e-7c1a-7b53-a8e2-4f0b9c1d2e3f","type":"ScheduleTimer","tenantId":"acme","timestampMs":1763798400000,"payload":{{"tenantId":"acme","serviceCallId":"sc-7","dueAt":"2026-11-22T10:00:00.000Z","data":{data}}}}}"#
+    )
+    .into_bytes()
+}
+
+#[test]
+fn data_nested_too_deep_or_with_too_long_a_number_is_rejected_with_its_reason() {
+    let parse_raw = |bytes: &[u8]| {
+        parse_command(
+            &Subjects::default(),
+            SUBJECT,
+            bytes,
+            LIMITS,
+            ARRIVAL,
+            || "g".into(),
+        )
+    };
+    let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    assert!(parse_raw(&with_raw_data(&nested(64))).is_ok());
+    assert!(parse_raw(&with_raw_data(&format!("{{\"n\":{}}}", "9".repeat(100)))).is_ok());
+    for (data, reason) in [
+        (
+            nested(65),
+            "data nests 65 arrays or objects deep, more than the 64 allowed (max_data_depth)",
+        ),
+        (
+            nested(8000),
+            "data nests 8000 arrays or objects deep, more than the 64 allowed (max_data_depth)",
+        ),
+        (
+            format!("[{}]", "9".repeat(101)),
+            "data has a number of 101 characters, more than the 100 allowed (max_data_number_chars)",
+        ),
+        (
+            format!("-1.{}e+5", "0".repeat(200)),
+            "data has a number of 206 characters, more than the 100 allowed (max_data_number_chars)",
+        ),
+    ] {
+        let rejection = parse_raw(&with_raw_data(&data)).unwrap_err();
+        assert_eq!(
+            (rejection.kind, rejection.reason.as_str()),
+            (RejectionKind::Invalid, reason)
+        );
+    }
+    // Long digit runs inside strings are text, not numbers.
+    assert!(parse_raw(&with_raw_data(&format!("\"{}\"", "9".repeat(5000)))).is_ok());
 }
 
 #[test]
