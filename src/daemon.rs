@@ -17,16 +17,18 @@ use crate::actors::http::HttpArgs;
 use crate::actors::janitor::JanitorArgs;
 use crate::actors::persistence::PersistenceArgs;
 use crate::actors::poller::PollerArgs;
+use crate::actors::sweeper::SweeperArgs;
 use crate::actors::{
     ApiResponder, Checkpointer, ChildSpec, CommandHandler, Gauges, Http, Janitor, Persistence,
-    PersistenceClient, Poller, Registry, Supervisor, SupervisorArgs, SupervisorMsg,
+    PersistenceClient, Poller, Registry, Supervisor, SupervisorArgs, SupervisorMsg, Sweeper,
 };
 use crate::config::{Config, DaemonName};
 use crate::domain::quota::Quotas;
 use crate::health::PROBE_INTERVAL;
 use crate::health::{Health, Status};
 use crate::nats::{
-    self, JetStreamCommandPublisher, JetStreamCommandSourceFactory, NatsApiServer, NatsEventBus,
+    self, JetStreamCommandPublisher, JetStreamCommandSourceFactory, JetStreamStrays, NatsApiServer,
+    NatsEventBus,
 };
 use crate::ports::{Clock, SystemClock};
 use crate::storage::db::DatabaseTarget;
@@ -170,6 +172,11 @@ impl Daemon {
                 batch_size: config.batch_size,
                 limits: config.command_limits(),
                 quotas: quotas_in_force,
+            }),
+            // After the CommandHandler, so it stops first.
+            ChildSpec::of::<Sweeper>(SweeperArgs {
+                registry: registry.clone(),
+                strays: Arc::new(JetStreamStrays::new(js.clone(), names.clone())),
             }),
             ChildSpec::of::<ApiResponder>(ApiResponderArgs {
                 registry: registry.clone(),

@@ -20,7 +20,7 @@ use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::backoff;
 use crate::domain::{CommandLimits, Subjects};
-use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus};
+use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus, InboundCommand};
 
 mod intake;
 mod keepalive;
@@ -79,6 +79,8 @@ pub struct CommandHandlerState {
 pub enum CommandHandlerMsg {
     /// Pull the next batch.
     Fetch,
+    /// Take commands found in the stream outside every consumer (the Sweeper's), as if pulled.
+    Deliver(Vec<InboundCommand>),
 }
 
 impl Actor for CommandHandler {
@@ -141,6 +143,7 @@ impl Actor for CommandHandler {
         state: &mut CommandHandlerState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            CommandHandlerMsg::Deliver(commands) => handle_batch(state, commands).await,
             CommandHandlerMsg::Fetch => {
                 if let Some(delay) = state.pipeline.backoff().await {
                     myself.send_after(delay, || CommandHandlerMsg::Fetch);

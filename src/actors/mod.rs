@@ -18,6 +18,7 @@ pub mod persistence;
 pub mod poller;
 pub mod registry;
 pub mod supervisor;
+pub mod sweeper;
 
 pub use api_responder::ApiResponder;
 pub use checkpointer::Checkpointer;
@@ -29,3 +30,4 @@ pub use persistence::{CallError, Persistence, PersistenceClient};
 pub use poller::Poller;
 pub use registry::Registry;
 pub use supervisor::{ChildSpec, NamedActor, Supervisor, SupervisorArgs, SupervisorMsg};
+pub use sweeper::Sweeper;

@@ -267,21 +267,7 @@ fn inbound(
         }
     };
     let (message, acker) = message.split();
-    // Header names are matched whatever their case (HTTP carriers write `Traceparent`); the
-    // values of a header sent more than once are joined, as W3C says for `tracestate`.
-    let header = |name: &str| {
-        let headers = message.headers.as_ref()?;
-        let values: Vec<&str> = headers
-            .iter()
-            .filter(|(key, _)| AsRef::<str>::as_ref(*key).eq_ignore_ascii_case(name))
-            .flat_map(|(_, values)| values.iter().map(|v| v.as_str()))
-            .collect();
-        (!values.is_empty()).then(|| values.join(","))
-    };
-    let trace = TraceContext::from_headers(
-        header(TRACEPARENT).as_deref(),
-        header(TRACESTATE).as_deref(),
-    );
+    let trace = trace_context(message.headers.as_ref());
     let command = InboundCommand::new(
         subjects.client_subject(&message.subject),
         message.payload,
@@ -291,6 +277,24 @@ fn inbound(
         Arc::new(JetStreamDelivery(acker)),
     );
     Some(command.with_trace(trace))
+}
+
+/// The W3C trace context a command's headers carry. Header names are matched whatever their
+/// case (HTTP carriers write `Traceparent`); the values of a header sent more than once are
+/// joined, as W3C says for `tracestate`.
+pub(super) fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<TraceContext> {
+    let header = |name: &str| {
+        let values: Vec<&str> = headers?
+            .iter()
+            .filter(|(key, _)| AsRef::<str>::as_ref(*key).eq_ignore_ascii_case(name))
+            .flat_map(|(_, values)| values.iter().map(|v| v.as_str()))
+            .collect();
+        (!values.is_empty()).then(|| values.join(","))
+    };
+    TraceContext::from_headers(
+        header(TRACEPARENT).as_deref(),
+        header(TRACESTATE).as_deref(),
+    )
 }
 
 struct JetStreamDelivery(jetstream::message::Acker);

@@ -16,6 +16,7 @@ pub mod connection;
 pub mod event_bus;
 pub mod partitions;
 mod pull;
+pub mod strays;
 pub mod streams;
 
 pub use api_service::NatsApiServer;
@@ -23,4 +24,5 @@ pub use command_publisher::JetStreamCommandPublisher;
 pub use command_source::{JetStreamCommandSource, JetStreamCommandSourceFactory};
 pub use connection::{ConnectError, connect, jetstream_context, server_addrs};
 pub use event_bus::NatsEventBus;
+pub use strays::JetStreamStrays;
 pub use streams::BrokerNames;

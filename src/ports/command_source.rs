@@ -170,3 +170,14 @@ pub trait CommandSource: Send + 'static {
 pub trait CommandSourceFactory: Send + Sync + 'static {
     fn create(&self) -> Box<dyn CommandSource>;
 }
+
+/// Commands the command stream holds that no consumer reads: a subject that matches no
+/// consumer's filter (a five-token subject a client wrote, a line whose consumer is gone). They
+/// are handed to the CommandHandler like any delivered command, so each is applied or rejected
+/// (docs/CONTRACT.md §3); settling one removes it from the stream.
+#[async_trait]
+pub trait UnreadCommands: Send + Sync + 'static {
+    /// At most `max` of them, oldest first per subject; empty when every stored command has a
+    /// consumer.
+    async fn unread(&self, max: usize) -> Result<Vec<InboundCommand>, BusError>;
+}

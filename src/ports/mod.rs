@@ -8,6 +8,6 @@ pub mod event_bus;
 pub use api::{ApiReply, ApiRequest, ApiServer, CommandPublisher, PublishError};
 pub use clock::{Clock, SystemClock};
 pub use command_source::{
-    COMMAND_ACK_WAIT, CommandSource, CommandSourceFactory, Delivery, InboundCommand,
+    COMMAND_ACK_WAIT, CommandSource, CommandSourceFactory, Delivery, InboundCommand, UnreadCommands,
 };
 pub use event_bus::{BusError, EventBus, OutgoingEvent, Published, Stored};
