@@ -217,5 +217,8 @@ pub struct Run {
     pub bursts: Vec<Burst>,
     /// Floods of one tenant's heavy reads: the same holds while they last.
     pub read_floods: Vec<ReadFlood>,
+    /// What the command stream still held once the workload had ended, every timer had fired
+    /// and the daemon had had a while to take the rest (`None`: it could not be read).
+    pub commands_left: Option<u64>,
     pub ended: Option<Instant>,
 }

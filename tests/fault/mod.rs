@@ -183,6 +183,7 @@ pub async fn run(plan: &Plan) -> Run {
     }
     let ops = recorder.ops();
     drain(&ops, &observer, &nemesis.admin.js).await;
+    let commands_left = commands_left(&nemesis.admin).await;
 
     let exit = nemesis.world.stop_daemon(Duration::from_secs(15)).await;
     if !exit.is_some_and(|s| s.success()) {
@@ -210,7 +211,27 @@ pub async fn run(plan: &Plan) -> Run {
         hostile_tenants,
         bursts,
         read_floods: nemesis.read_floods,
+        commands_left,
         ended: Some(Utc::now()),
+    }
+}
+
+/// How long the daemon is given, once every timer has fired, to take what the command stream
+/// still holds: commands handed back by a fault come back within the ack wait (4 s), those no
+/// consumer reads within the Sweeper's two looks (4 s).
+const COMMANDS_SETTLE: Duration = Duration::from_secs(15);
+
+/// What the command stream still holds after [`COMMANDS_SETTLE`] at most (invariant j).
+async fn commands_left(admin: &crate::common::TestClient) -> Option<u64> {
+    let deadline = tokio::time::Instant::now() + COMMANDS_SETTLE;
+    loop {
+        let left = tokio::time::timeout(Duration::from_secs(12), admin.commands_outstanding())
+            .await
+            .ok()?;
+        if left == 0 || tokio::time::Instant::now() >= deadline {
+            return Some(left);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

@@ -68,11 +68,14 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nfault-injection run: {} s, {} operations, {} events stored, {} rows at the end",
+        "\nfault-injection run: {} s, {} operations, {} events stored, {} rows at the end, {} \
+         commands left in the command stream",
         elapsed.as_secs(),
         run.ops.len(),
         run.stream.len(),
-        run.rows.len()
+        run.rows.len(),
+        run.commands_left
+            .map_or_else(|| "unknown".to_owned(), |n| n.to_string())
     );
     let letters: Vec<&str> = Invariant::ALL.iter().map(|i| i.letter()).collect();
     let _ = writeln!(

@@ -27,6 +27,9 @@
 //! - (h) fairness: while one tenant loads the service (a burst fired with no fault on, a flood
 //!   of heavy reads), the other tenants' timers due meanwhile fire within a second (in
 //!   `fairness`);
+//! - (j) nothing acknowledged is stranded: once the workload has ended and every fault has
+//!   healed, the command stream holds nothing (every command was applied or rejected, whatever
+//!   its subject; in `leftovers`);
 //! - (i) prompt after a heal: after the daemon was killed in the middle of a burst of commands
 //!   or frozen under load, every timer acknowledged before the heal (its key's last operation)
 //!   fires within 5 s of the later of its dueAt and the heal (in `after_heal`, which says
@@ -38,6 +41,7 @@ mod after_heal;
 mod firings;
 mod hostile;
 mod keys;
+mod leftovers;
 mod liveness;
 
 use std::collections::BTreeMap;
@@ -69,10 +73,11 @@ pub enum Invariant {
     HostileInput,
     Fairness,
     PromptAfterHeal,
+    Consumed,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 9] = [
+    pub const ALL: [Invariant; 10] = [
         Self::Fires,
         Self::NotEarly,
         Self::CancelHolds,
@@ -82,6 +87,7 @@ impl Invariant {
         Self::HostileInput,
         Self::Fairness,
         Self::PromptAfterHeal,
+        Self::Consumed,
     ];
 
     pub fn letter(self) -> &'static str {
@@ -95,6 +101,7 @@ impl Invariant {
             Self::HostileInput => "g",
             Self::Fairness => "h",
             Self::PromptAfterHeal => "i",
+            Self::Consumed => "j",
         }
     }
 
@@ -113,6 +120,9 @@ impl Invariant {
             Self::PromptAfterHeal => {
                 "after a kill mid-burst or a freeze under load, every timer acknowledged before \
                  the heal fires within 5 s of the later of its dueAt and the heal"
+            }
+            Self::Consumed => {
+                "once the workload ends and faults heal, the command stream holds nothing"
             }
         }
     }
@@ -184,6 +194,7 @@ pub fn check(run: &Run) -> Verdict {
     hostile::check_hostile(run, &messages, &disturbed, &mut verdict);
     check_fairness(run, &disturbed, &mut verdict);
     after_heal::check_after_heal(run, &mut verdict);
+    leftovers::check_leftovers(run, &mut verdict);
     verdict.violations.sort_by_key(|v| v.at);
     verdict
 }
@@ -257,6 +268,7 @@ pub(crate) mod tests {
             stream: events.clone(),
             seen: events,
             rows,
+            commands_left: Some(0),
             ended: Some(t(100_000)),
             ..Run::default()
         }
