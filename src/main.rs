@@ -32,8 +32,14 @@ struct Cli {
 enum Command {
     /// Run the daemon (the default): store timers, fire them, answer the query API.
     Run,
-    /// Create or update the database schema, then exit.
-    Migrate,
+    /// Create or update the database schema, then exit; with `--to`, undo the migrations
+    /// after one instead (before starting an earlier release: docs/operations.md, "Rollback").
+    Migrate {
+        /// The last migration to keep (an earlier release's newest); every one applied after it
+        /// is undone, newest first, and what it added is lost.
+        #[arg(long)]
+        to: Option<String>,
+    },
     /// Schedule, look up, list, cancel and count timers of a running service (over NATS).
     Timers(Box<TimersArgs>),
     /// Copy the SQLite database to a new file, consistently, while the daemon runs (it reads
@@ -140,11 +146,19 @@ fn main() -> ExitCode {
                 }
                 result => result.map_err(anyhow::Error::from),
             },
-            Command::Migrate => {
+            Command::Migrate { to: None } => {
                 let database = timer_service::storage::db::DatabaseTarget::of(&config);
                 timer_service::storage::db::migrate_with(&database, &config.postgres)
                     .await
                     .map(|()| tracing::info!(database = %database.describe(), "database schema is up to date"))
+                    .map_err(anyhow::Error::from)
+            }
+            Command::Migrate { to: Some(to) } => {
+                let database = timer_service::storage::db::DatabaseTarget::of(&config);
+                timer_service::storage::downgrade::migrate_down_to(&database, &to)
+                    .await
+                    .map(|undone| tracing::info!(database = %database.describe(), undone = ?undone,
+                        keep = %to, "migrations after the one kept are undone"))
                     .map_err(anyhow::Error::from)
             }
             Command::Timers(_) | Command::Backup { .. } | Command::Schema { .. } => Ok(()),

@@ -20,6 +20,7 @@ pub mod backup;
 pub mod command_streams;
 pub mod daemons;
 pub mod db;
+pub mod downgrade;
 pub mod entity;
 pub mod fair;
 pub mod firing;

@@ -10,6 +10,7 @@ pub mod nats_cluster;
 mod nats_server;
 pub mod pki;
 pub mod postgres_cluster;
+pub mod previous_release;
 pub mod quota_checks;
 mod small_disk;
 mod support;
@@ -199,12 +200,36 @@ impl DaemonProcess {
         env: &[(&str, &str)],
         unset: &[&str],
     ) -> Self {
+        let binary = std::path::Path::new(env!("CARGO_BIN_EXE_timer-service"));
+        Self::launch(binary, server, scratch, config, env, unset)
+    }
+
+    /// Another build of the daemon (an earlier release, `previous_release`), set up as
+    /// [`Self::start_with`] sets up this one.
+    pub fn start_binary(
+        binary: &std::path::Path,
+        server: &NatsServer,
+        scratch: &Scratch,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let config = scratch.dir.path().join("absent-config.toml");
+        Self::launch(binary, server, scratch, &config, env, &[])
+    }
+
+    fn launch(
+        binary: &std::path::Path,
+        server: &NatsServer,
+        scratch: &Scratch,
+        config: &std::path::Path,
+        env: &[(&str, &str)],
+        unset: &[&str],
+    ) -> Self {
         let log = scratch
             .dir
             .path()
             .join(format!("daemon-{}.log", uuid::Uuid::now_v7()));
         let out = std::fs::File::create(&log).expect("log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_timer-service"));
+        let mut command = Command::new(binary);
         command
             .arg("run")
             .arg("--config")
