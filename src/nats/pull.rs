@@ -48,6 +48,7 @@ pub struct Line {
     request: Option<Request>,
     /// The broker's count of commands pending on this line behind the last one delivered.
     pub pending: u64,
+    /// Holds every message this line's requests deliver until it is settled.
     keep_alive: KeepAlive,
 }
 
