@@ -18,7 +18,8 @@
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
 //!   [`ports::Clock`], the API's server and publisher (test doubles: `tests/common/doubles.rs`).
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker: `connection`,
-//!   `streams`, `command_source`, `event_bus`, `api_service`, `strays` (commands no consumer
+//!   `streams`, `command_source` (with `pull`, `delivery` and the `keepalive` of everything
+//!   delivered and not settled), `event_bus`, `api_service`, `strays` (commands no consumer
 //!   reads).
 //! - [`storage`]: the only code that touches the database. `mod.rs` is the store's face,
 //!   `error` its errors; `backend` (the trait where SQLite and PostgreSQL differ), implemented
@@ -30,7 +31,7 @@
 //!   copy of a live SQLite file, for `timer-service backup`).
 //! - [`actors`]: the Supervisor and its children — Persistence (its `lanes`, the `worker` of each
 //!   connection, the `operation`s and their client), Checkpointer, CommandHandler (`intake`,
-//!   `pipeline`, `storing`, `split`, `quota`, `keepalive`), Poller (`phase`, `firing`, `calls`, `run`, `marks`,
+//!   `pipeline`, `storing`, `split`, `quota`), Poller (`phase`, `firing`, `calls`, `run`, `marks`,
 //!   `fairness`, `publisher` with its queue by tenant and the broker's window, `wake`),
 //!   ApiResponder (`admission` of each tenant's requests), Janitor, Gauges, Http, Sweeper
 //!   (commands the stream holds that no consumer reads) — and the

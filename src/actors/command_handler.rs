@@ -3,7 +3,8 @@
 //! broker only after the commit.
 //!
 //! A crash before the ack means the broker delivers the commands again (within its short ack
-//! wait; `keepalive` reports what is held longer in progress), and the upsert is idempotent.
+//! wait; until then the command source reports what it delivered in progress), and the upsert
+//! is idempotent.
 //! Every delivered command is held by a value that settles it: acknowledged once stored,
 //! terminated once rejected, handed back when it cannot be stored now, and handed back too if
 //! it is dropped unsettled. A bad command, or one its transaction found past its tenant's quota
@@ -23,14 +24,12 @@ use crate::domain::{CommandLimits, Subjects};
 use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus, InboundCommand};
 
 mod intake;
-mod keepalive;
 mod pipeline;
 mod quota;
 mod rejection;
 mod split;
 mod storing;
 use intake::{Epochs, handle_batch};
-use keepalive::KeepAlive;
 use pipeline::Pipeline;
 pub use pipeline::{GROUP_MAX, STORE_PIPELINE_DEPTH};
 pub use quota::QuotaHandle;
@@ -72,8 +71,6 @@ pub struct CommandHandlerState {
     failed_pulls: u32,
     pipeline: Pipeline,
     epochs: Epochs,
-    /// Reports the commands held (gathered, being stored) in progress to the broker.
-    keep_alive: KeepAlive,
 }
 
 pub enum CommandHandlerMsg {
@@ -99,7 +96,6 @@ impl Actor for CommandHandler {
             failed_pulls: 0,
             pipeline: Pipeline::default(),
             epochs: Epochs::new(),
-            keep_alive: KeepAlive::start(),
         })
     }
 

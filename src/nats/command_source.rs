@@ -10,16 +10,17 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, AckKind};
+use async_nats::jetstream;
 use async_trait::async_trait;
 use futures::FutureExt;
 
+use super::delivery::Delivered;
 use super::partitions::Lines;
 use super::pull::{Line, Next};
 use super::streams::{BrokerNames, ensure_broker_objects, incarnation};
 use crate::domain::trace::{TRACEPARENT, TRACESTATE};
 use crate::domain::{StreamIncarnation, TraceContext};
-use crate::ports::{BusError, CommandSource, CommandSourceFactory, Delivery, InboundCommand};
+use crate::ports::{BusError, CommandSource, CommandSourceFactory, InboundCommand};
 
 /// Shortest life of a pull request. A call that waits only a millisecond (while commands are
 /// gathered for the next commit) still opens a request that the next calls go on reading:
@@ -154,7 +155,7 @@ impl JetStreamCommandSource {
             }
             match self.lines[i].ready() {
                 Some(Next::Message(message, stream)) => {
-                    out.extend(inbound(*message, stream, &self.subjects));
+                    out.push(inbound(*message, stream, &self.subjects));
                     turns.push_back(i);
                 }
                 Some(Next::Failed(e)) => {
@@ -200,7 +201,7 @@ impl CommandSource for JetStreamCommandSource {
             let first_wait = tokio::time::Instant::now() + wait;
             match tokio::time::timeout_at(first_wait.min(answer_by), self.next_any()).await {
                 Ok(Some((_, Next::Message(message, stream)))) => {
-                    out.extend(inbound(*message, stream, &self.subjects));
+                    out.push(inbound(*message, stream, &self.subjects));
                 }
                 Ok(Some((_, Next::Failed(e)))) => {
                     self.reset();
@@ -227,7 +228,7 @@ impl CommandSource for JetStreamCommandSource {
             }
             match tokio::time::timeout(FILL_WAIT, self.next_any()).await {
                 Ok(Some((_, Next::Message(message, stream)))) => {
-                    out.extend(inbound(*message, stream, &self.subjects));
+                    out.push(inbound(*message, stream, &self.subjects));
                 }
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
@@ -242,31 +243,25 @@ impl CommandSource for JetStreamCommandSource {
         Ok(drained
             .into_iter()
             .flatten()
-            .filter_map(|(message, stream)| inbound(message, stream, &self.subjects))
+            .map(|(delivered, stream)| inbound(delivered, stream, &self.subjects))
             .collect())
     }
 }
 
-/// Wraps a delivered message; a message without JetStream metadata cannot be ordered and is
-/// terminated.
-/// The subject handed on is the one the client published on (the line token taken out).
+/// Wraps a delivered message for the CommandHandler; the subject handed on is the one the
+/// client published on (the line token taken out).
 fn inbound(
-    message: jetstream::Message,
+    delivered: Delivered,
     stream: Arc<StreamIncarnation>,
     subjects: &Lines,
-) -> Option<InboundCommand> {
-    let (sequence, redelivered) = match message.info() {
-        Ok(info) => (info.stream_sequence, info.delivered > 1),
-        Err(e) => {
-            tracing::error!(actor = "command_handler", subject = %message.subject, error = %e,
-                "delivered message has no JetStream metadata; terminating it");
-            tokio::spawn(async move {
-                let _ = message.ack_with(AckKind::Term).await;
-            });
-            return None;
-        }
-    };
-    let (message, acker) = message.split();
+) -> InboundCommand {
+    let Delivered {
+        message,
+        sequence,
+        redelivered,
+        delivery,
+        ..
+    } = delivered;
     let trace = trace_context(message.headers.as_ref());
     let command = InboundCommand::new(
         subjects.client_subject(&message.subject),
@@ -274,9 +269,9 @@ fn inbound(
         sequence,
         stream,
         redelivered,
-        Arc::new(JetStreamDelivery(acker)),
+        delivery,
     );
-    Some(command.with_trace(trace))
+    command.with_trace(trace)
 }
 
 /// The W3C trace context a command's headers carry. Header names are matched whatever their
@@ -295,36 +290,6 @@ pub(super) fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<T
         header(TRACEPARENT).as_deref(),
         header(TRACESTATE).as_deref(),
     )
-}
-
-struct JetStreamDelivery(jetstream::message::Acker);
-
-#[async_trait]
-impl Delivery for JetStreamDelivery {
-    async fn ack(&self) -> Result<(), BusError> {
-        self.0.ack().await.map_err(|e| BusError(e.to_string()))
-    }
-
-    async fn term(&self) -> Result<(), BusError> {
-        self.0
-            .ack_with(AckKind::Term)
-            .await
-            .map_err(|e| BusError(e.to_string()))
-    }
-
-    async fn nak(&self, delay: Duration) -> Result<(), BusError> {
-        self.0
-            .ack_with(AckKind::Nak((!delay.is_zero()).then_some(delay)))
-            .await
-            .map_err(|e| BusError(e.to_string()))
-    }
-
-    async fn progress(&self) -> Result<(), BusError> {
-        self.0
-            .ack_with(AckKind::Progress)
-            .await
-            .map_err(|e| BusError(e.to_string()))
-    }
 }
 
 /// Hands each (re)started CommandHandler a fresh source on the shared connection.

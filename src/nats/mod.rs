@@ -3,7 +3,9 @@
 //! - `connection`: connecting with endless retry and logging the connection's life.
 //! - `event_bus`: [`NatsEventBus`], the `EventBus` port over JetStream publish + PubAck.
 //! - `command_source`: [`JetStreamCommandSource`], the `CommandSource` port over the durable
-//!   pull consumers, read in turns; `pull`: one consumer and its open pull request.
+//!   pull consumers, read in turns; `pull`: one consumer and its open pull request, read as
+//!   it arrives; `delivery`: one delivered message and its settlement; `keepalive`: every
+//!   delivery reported in progress until it is settled.
 //! - `streams`: the stream and consumer definitions created when absent; `partitions`: the
 //!   command stream in lines by tenant.
 //! - `api_service`: the query and cancel API as a NATS micro service; `command_publisher`:
@@ -13,7 +15,9 @@ pub mod api_service;
 pub mod command_publisher;
 pub mod command_source;
 pub mod connection;
+mod delivery;
 pub mod event_bus;
+mod keepalive;
 pub mod partitions;
 mod pull;
 pub mod strays;

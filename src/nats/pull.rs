@@ -1,12 +1,19 @@
-//! One line of the command source: a durable pull consumer and its open pull request.
+//! One line of the command source: a durable pull consumer and its open pull request. A task
+//! reads the request as the broker answers it, so that every message delivered is held by the
+//! keep-alive from its arrival (`keepalive`), not only once the CommandHandler takes it: the
+//! commands a request brings wait here while a commit is slow or the handler backs off.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer::PullConsumer, consumer::pull::Batch};
-use futures::{FutureExt, StreamExt};
+use async_nats::jetstream::consumer::{PullConsumer, pull::Batch};
+use futures::StreamExt;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
+use super::delivery::Delivered;
+use super::keepalive::KeepAlive;
 use crate::domain::StreamIncarnation;
 use crate::ports::BusError;
 
@@ -16,17 +23,24 @@ pub const REQUEST_GRACE: Duration = Duration::from_secs(2);
 
 /// What a line's open request yielded.
 pub enum Next {
-    Message(Box<jetstream::Message>, Arc<StreamIncarnation>),
+    Message(Box<Delivered>, Arc<StreamIncarnation>),
     /// The broker closed the request (its expiry, or all it asked for delivered).
     Ended,
     Failed(String),
 }
 
+/// What the reader took off a request, in order: each message as it arrived (`Some(Ok)`),
+/// then how the request ended: closed by the broker (`None`) or failed.
+type Read = Option<Result<Delivered, String>>;
+
 struct Request {
-    batch: Batch,
+    read: mpsc::UnboundedReceiver<Read>,
     /// By when the broker must have closed the request: its expiry plus [`REQUEST_GRACE`].
     answer_by: Instant,
     stream: Arc<StreamIncarnation>,
+    /// Dropped with the request (its line forgotten, its answer overdue): the request's
+    /// subscription goes with it, and what it still held waits for its ack wait.
+    _reader: AbortOnDropHandle<()>,
 }
 
 pub struct Line {
@@ -34,6 +48,8 @@ pub struct Line {
     request: Option<Request>,
     /// The broker's count of commands pending on this line behind the last one delivered.
     pub pending: u64,
+    /// Holds every message this line's requests deliver until it is settled.
+    keep_alive: KeepAlive,
 }
 
 impl Line {
@@ -42,6 +58,7 @@ impl Line {
             consumer,
             request: None,
             pending: 0,
+            keep_alive: KeepAlive::start(),
         }
     }
 
@@ -66,17 +83,24 @@ impl Line {
     }
 
     pub fn opened(&mut self, batch: Batch, expires: Duration, stream: Arc<StreamIncarnation>) {
+        let (sender, read) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(read_request(batch, self.keep_alive.clone(), sender));
         self.request = Some(Request {
-            batch,
+            read,
             answer_by: Instant::now() + expires + REQUEST_GRACE,
             stream,
+            _reader: AbortOnDropHandle::new(reader),
         });
     }
 
     /// What the open request has already received, if anything.
     pub fn ready(&mut self) -> Option<Next> {
         let request = self.request.as_mut()?;
-        let next = request.batch.next().now_or_never()?;
+        let next = match request.read.try_recv() {
+            Ok(read) => read,
+            Err(mpsc::error::TryRecvError::Empty) => return None,
+            Err(mpsc::error::TryRecvError::Disconnected) => None,
+        };
         Some(self.settle(next))
     }
 
@@ -85,19 +109,19 @@ impl Line {
         let Some(request) = self.request.as_mut() else {
             return std::future::pending().await;
         };
-        let next = request.batch.next().await;
+        let next = request.read.recv().await.flatten();
         self.settle(next)
     }
 
-    fn settle(&mut self, next: Option<Result<jetstream::Message, impl std::fmt::Display>>) -> Next {
+    fn settle(&mut self, next: Read) -> Next {
         match (next, self.request.as_ref()) {
-            (Some(Ok(message)), Some(request)) => {
-                self.pending = message.info().map(|i| i.pending).unwrap_or(0);
-                Next::Message(Box::new(message), request.stream.clone())
+            (Some(Ok(delivered)), Some(request)) => {
+                self.pending = delivered.pending;
+                Next::Message(Box::new(delivered), request.stream.clone())
             }
             (Some(Err(e)), _) => {
                 self.request = None;
-                Next::Failed(e.to_string())
+                Next::Failed(e)
             }
             _ => {
                 self.request = None;
@@ -108,7 +132,7 @@ impl Line {
 
     /// Takes what the open request still delivers until the broker closes it or its answer is
     /// overdue, so a graceful stop leaves nothing it was sent to wait for redelivery.
-    pub async fn drain(&mut self) -> Vec<(jetstream::Message, Arc<StreamIncarnation>)> {
+    pub async fn drain(&mut self) -> Vec<(Delivered, Arc<StreamIncarnation>)> {
         let mut out = Vec::new();
         while let Some(answer_by) = self.answer_by() {
             match tokio::time::timeout_at(answer_by, self.next()).await {
@@ -117,5 +141,24 @@ impl Line {
             }
         }
         out
+    }
+}
+
+/// Reads a request as the broker answers it, holding each message in `keep_alive` as it
+/// arrives, until the request ends or its line stops listening.
+async fn read_request(mut batch: Batch, keep_alive: KeepAlive, out: mpsc::UnboundedSender<Read>) {
+    loop {
+        let read = match batch.next().await {
+            Some(Ok(message)) => match Delivered::take(message, &keep_alive) {
+                Some(delivered) => Some(Ok(delivered)),
+                None => continue,
+            },
+            Some(Err(e)) => Some(Err(e.to_string())),
+            None => None,
+        };
+        let ended = !matches!(read, Some(Ok(_)));
+        if out.send(read).is_err() || ended {
+            return;
+        }
     }
 }

@@ -188,10 +188,6 @@ impl Delivery for Removal {
     async fn nak(&self, _delay: Duration) -> Result<(), BusError> {
         Ok(())
     }
-
-    async fn progress(&self) -> Result<(), BusError> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@ use crate::domain::{StreamIncarnation, TraceContext};
 
 /// How long a delivered command that is neither settled nor reported in progress waits
 /// before the broker delivers it again: short, so that the commands a daemon held when it was
-/// killed or frozen come back within seconds. A daemon holding a command longer (a slow
-/// commit) reports it in progress meanwhile ([`Delivery::progress`]).
+/// killed or frozen come back within seconds. The adapter reports every command it delivered
+/// and that is not settled yet in progress meanwhile, whether it waits in the adapter's
+/// buffer or in the service (a slow commit): the core never has to.
 pub const COMMAND_ACK_WAIT: Duration = Duration::from_secs(4);
 
 /// Settles one delivered command with the broker.
@@ -25,9 +26,6 @@ pub trait Delivery: Send + Sync {
     async fn term(&self) -> Result<(), BusError>;
     /// The command could not be handled now: deliver it again after `delay`.
     async fn nak(&self, delay: Duration) -> Result<(), BusError>;
-    /// The command is still being worked on (its commit is under way): do not deliver it again
-    /// for another ack wait.
-    async fn progress(&self) -> Result<(), BusError>;
 }
 
 /// One delivered command, held until it is settled: by [`Self::ack`] once stored, by
@@ -46,8 +44,8 @@ pub struct InboundCommand {
     /// Whether the broker delivered it before (it was handed back, or its daemon stopped
     /// before settling it).
     pub redelivered: bool,
-    /// Shared with the keep-alive that reports it in progress while it is held; `None` once
-    /// settled.
+    /// Shared with the adapter's keep-alive, which reports it in progress until it is
+    /// dropped; `None` once settled.
     delivery: Option<Arc<dyn Delivery>>,
     /// The W3C trace context of its headers, carried to the events it causes.
     pub trace: Option<TraceContext>,
@@ -92,11 +90,6 @@ impl InboundCommand {
             self.payload.len(),
             self.received_at,
         )
-    }
-
-    /// The settlement handle, for the keep-alive to report it in progress while it is held.
-    pub fn delivery(&self) -> Option<&Arc<dyn Delivery>> {
-        self.delivery.as_ref()
     }
 
     /// The command is stored: never deliver it again.

@@ -23,10 +23,6 @@ pub(super) type Epochs = HashMap<StreamIncarnation, u32>;
 
 /// Validates, orders and decides one pulled batch.
 pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<InboundCommand>) {
-    // Held from now on: the epoch may wait for the database.
-    state
-        .keep_alive
-        .hold(commands.iter().filter_map(InboundCommand::delivery));
     learn_epochs(state, &commands).await;
     let args = &state.args;
     let now = args.clock.now();

@@ -1,0 +1,85 @@
+//! One message the broker delivered on a pull request, taken off the client as it arrives: its
+//! content, its JetStream metadata, and the handle that settles it, held by the keep-alive from
+//! that moment until it is settled or dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use async_trait::async_trait;
+
+use super::keepalive::{InProgress, KeepAlive};
+use crate::ports::{BusError, Delivery};
+
+pub struct Delivered {
+    /// The message without its acknowledgement handle.
+    pub message: async_nats::Message,
+    /// Its sequence in the command stream.
+    pub sequence: u64,
+    /// Whether the broker delivered it before.
+    pub redelivered: bool,
+    /// The broker's count of commands pending on its consumer behind it.
+    pub pending: u64,
+    pub delivery: Arc<JetStreamDelivery>,
+}
+
+impl Delivered {
+    /// Takes a delivered message and holds it in `keep_alive`. A message without JetStream
+    /// metadata cannot be ordered: it is terminated, and `None` returned.
+    pub fn take(message: jetstream::Message, keep_alive: &KeepAlive) -> Option<Self> {
+        let (sequence, redelivered, pending) = match message.info() {
+            Ok(info) => (info.stream_sequence, info.delivered > 1, info.pending),
+            Err(e) => {
+                tracing::error!(actor = "command_handler", subject = %message.subject, error = %e,
+                    "delivered message has no JetStream metadata; terminating it");
+                tokio::spawn(async move {
+                    let _ = message.ack_with(AckKind::Term).await;
+                });
+                return None;
+            }
+        };
+        let (message, acker) = message.split();
+        let delivery = Arc::new(JetStreamDelivery(acker));
+        keep_alive.hold(&delivery);
+        Some(Self {
+            message,
+            sequence,
+            redelivered,
+            pending,
+            delivery,
+        })
+    }
+}
+
+pub struct JetStreamDelivery(jetstream::message::Acker);
+
+#[async_trait]
+impl Delivery for JetStreamDelivery {
+    async fn ack(&self) -> Result<(), BusError> {
+        self.0.ack().await.map_err(|e| BusError(e.to_string()))
+    }
+
+    async fn term(&self) -> Result<(), BusError> {
+        self.0
+            .ack_with(AckKind::Term)
+            .await
+            .map_err(|e| BusError(e.to_string()))
+    }
+
+    async fn nak(&self, delay: Duration) -> Result<(), BusError> {
+        self.0
+            .ack_with(AckKind::Nak((!delay.is_zero()).then_some(delay)))
+            .await
+            .map_err(|e| BusError(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl InProgress for JetStreamDelivery {
+    async fn progress(&self) -> Result<(), BusError> {
+        self.0
+            .ack_with(AckKind::Progress)
+            .await
+            .map_err(|e| BusError(e.to_string()))
+    }
+}
