@@ -6,8 +6,8 @@
 //! while the connection is down. Past the deadline every event whose PubAck was not seen yet
 //! counts as failed, so the Poller retries it once JetStream serves again; one that was stored
 //! after all is dropped by the broker as a duplicate (`Nats-Msg-Id`). A batch that waited out
-//! its bound without a single PubAck is reported to the link's watch (`link`), which judges
-//! whether the path is silent.
+//! its bound without a single PubAck is reported to the link's watch (`link`), which forces a
+//! reconnection if no other PubAck came meanwhile either.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -107,7 +107,7 @@ impl NatsEventBus {
 impl EventBus for NatsEventBus {
     async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published> {
         let count = events.len();
-        let began = std::time::Instant::now();
+        let began = tokio::time::Instant::now();
         let mut results = Vec::with_capacity(count);
         let bounded =
             tokio::time::timeout(BATCH_DEADLINE, self.publish_unbounded(events, &mut results))
@@ -124,7 +124,7 @@ impl EventBus for NatsEventBus {
         // Waited out without a single PubAck: no answer at all, as on a silent path (an error
         // the broker sends back comes sooner, and is an answer).
         if count > 0 && results.iter().all(Result::is_err) && began.elapsed() >= JETSTREAM_TIMEOUT {
-            self.link.unanswered("PubAck");
+            self.link.unanswered("PubAck", began);
         }
         results
     }

@@ -3,9 +3,9 @@
 //! the connection just stops bringing anything back. Two things notice it within
 //! `[nats] link_timeout`: the client pings a third of it apart whenever nothing comes in and
 //! drops the connection after three unanswered pings; and this watch forces a reconnection
-//! when a batch of events gets no PubAck and none has come for `link_timeout` (a path silent
-//! only toward the broker, while requests to the API still come in, keeps the client from
-//! pinging). Either way the loss is logged with its cause and counted
+//! when a batch of events waits out its bound and no PubAck came since it was handed over (a
+//! path silent only toward the broker, while requests to the API still come in, keeps the
+//! client from pinging). Either way the loss is logged with its cause and counted
 //! (`timer_broker_links_lost_total`), and readiness is red until the client is connected again.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -158,11 +158,11 @@ impl LinkWatch {
         self.state().answered_at = Instant::now();
     }
 
-    /// `what` the daemon waited for did not come within its bound. If the broker has
-    /// acknowledged nothing for `link_timeout` either, the path counts as silent and the client
-    /// is made to reconnect (at most once per `link_timeout`). A broker that still acknowledges
-    /// other publishes sees no reconnection.
-    pub fn unanswered(&self, what: &str) {
+    /// `what`, handed over at `since`, was not answered within its bound. If the broker has
+    /// acknowledged nothing since either, the link counts as lost and the client is made to
+    /// reconnect (at most once per `link_timeout`). A broker that still acknowledges other
+    /// publishes sees no reconnection.
+    pub fn unanswered(&self, what: &str, since: Instant) {
         let Some(client) = self.inner.client.get() else {
             return;
         };
@@ -172,7 +172,7 @@ impl LinkWatch {
         let timeout = self.inner.timeout;
         let mut state = self.state();
         let unanswered_for = state.answered_at.elapsed();
-        if unanswered_for < timeout || state.forced_at.is_some_and(|at| at.elapsed() < timeout) {
+        if state.answered_at >= since || state.forced_at.is_some_and(|at| at.elapsed() < timeout) {
             return;
         }
         state.forced_at = Some(Instant::now());
@@ -180,7 +180,7 @@ impl LinkWatch {
         lost(Loss::Silent);
         tracing::warn!(actor = "broker", what, unanswered_s = unanswered_for.as_secs_f64(),
             link_timeout = ?timeout,
-            "broker link lost: the broker answers nothing (a silent path); reconnecting");
+            "broker link lost: the broker acknowledged nothing (a silent path); reconnecting");
         self.inner.health.set_broker_connected(false);
         let client = client.clone();
         // The client's command queue may be full behind the silent connection: bounded.
@@ -214,7 +214,7 @@ mod tests {
         let watch = LinkWatch::new(health.clone(), Duration::from_secs(3));
         watch.connected();
         assert!(health.status().broker_connected);
-        watch.unanswered("PubAck");
+        watch.unanswered("PubAck", Instant::now());
         assert!(health.status().broker_connected, "no client to reconnect");
         watch.disconnected();
         assert!(!health.status().broker_connected);
