@@ -10,9 +10,10 @@ use crate::backoff;
 use crate::config::{NatsSettings, redact_url};
 
 /// Upper bound of the reconnect backoff: how long after the broker returns the daemon may take
-/// to notice.
+/// to notice, beside an attempt under way (`connect_timeout`) that a silent path holds up. An
+/// attempt a second costs a broker that is down nothing.
 const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(50);
-const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// How long a JetStream request or PubAck may take before it counts as failed and is retried.
 pub const JETSTREAM_TIMEOUT: Duration = Duration::from_secs(5);
 

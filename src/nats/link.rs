@@ -40,6 +40,9 @@ struct State {
     answered_at: Instant,
     /// When this watch last forced a reconnection.
     forced_at: Option<Instant>,
+    /// When the client last connected: what was handed over before says nothing of this
+    /// connection.
+    connected_at: Instant,
 }
 
 /// Why the link was lost.
@@ -74,6 +77,7 @@ impl LinkWatch {
                     in_bytes: 0,
                     answered_at: now,
                     forced_at: None,
+                    connected_at: now,
                 }),
             }),
         }
@@ -115,7 +119,10 @@ impl LinkWatch {
 
     /// The client connected (again).
     pub fn connected(&self) {
-        self.state().heard_at = Instant::now();
+        let mut state = self.state();
+        state.heard_at = Instant::now();
+        state.connected_at = state.heard_at;
+        drop(state);
         self.inner.health.set_broker_connected(true);
         tracing::info!(actor = "broker", "connected to NATS");
     }
@@ -161,7 +168,8 @@ impl LinkWatch {
     /// `what`, handed over at `since`, was not answered within its bound. If the broker has
     /// acknowledged nothing since either, the link counts as lost and the client is made to
     /// reconnect (at most once per `link_timeout`). A broker that still acknowledges other
-    /// publishes sees no reconnection.
+    /// publishes sees no reconnection, nor does a connection made after `since` (the wait ran
+    /// out on the one before).
     pub fn unanswered(&self, what: &str, since: Instant) {
         let Some(client) = self.inner.client.get() else {
             return;
@@ -172,7 +180,11 @@ impl LinkWatch {
         let timeout = self.inner.timeout;
         let mut state = self.state();
         let unanswered_for = state.answered_at.elapsed();
-        if state.answered_at >= since || state.forced_at.is_some_and(|at| at.elapsed() < timeout) {
+        let before_this_connection = since < state.connected_at;
+        if before_this_connection
+            || state.answered_at >= since
+            || state.forced_at.is_some_and(|at| at.elapsed() < timeout)
+        {
             return;
         }
         state.forced_at = Some(Instant::now());
