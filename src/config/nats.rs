@@ -117,3 +117,41 @@ impl NatsSettings {
         Ok(())
     }
 }
+
+// `figment::Jail` closures return figment's own (large) error type.
+#[cfg(test)]
+#[allow(clippy::result_large_err)]
+mod tests {
+    use figment::Jail;
+
+    use crate::config::Config;
+
+    fn load(jail: &Jail) -> Result<Config, String> {
+        Config::load(&jail.directory().join("config.toml"))
+            .map(|loaded| loaded.config)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_link_bounds_are_set_by_file_or_environment_and_kept_in_range() {
+        Jail::expect_with(|jail| {
+            jail.create_file("config.toml", "[nats]\nlink_timeout = \"9s\"\n")?;
+            jail.set_env("TIMER_NATS_CONNECT_TIMEOUT", "5s");
+            let config = load(jail).expect("loads");
+            assert_eq!(config.nats.link_timeout, std::time::Duration::from_secs(9));
+            assert_eq!(
+                config.nats.connect_timeout,
+                std::time::Duration::from_secs(5)
+            );
+            jail.set_env("TIMER_NATS_LINK_TIMEOUT", "1s");
+            let error = load(jail).expect_err("too short");
+            assert!(error.contains("nats.link_timeout"), "{error}");
+            assert!(error.contains("outside 3s–10m"), "{error}");
+            jail.set_env("TIMER_NATS_LINK_TIMEOUT", "6s");
+            jail.set_env("TIMER_NATS_CONNECT_TIMEOUT", "2m");
+            let error = load(jail).expect_err("too long");
+            assert!(error.contains("nats.connect_timeout"), "{error}");
+            Ok(())
+        });
+    }
+}
