@@ -126,11 +126,12 @@ impl Daemon {
             )
         });
         let health = Health::new();
-        let client = nats::connect(&config.broker_url, &config.nats, name, health.clone()).await?;
+        let link = nats::LinkWatch::new(health.clone(), config.nats.link_timeout);
+        let client = nats::connect(&config.broker_url, &config.nats, name, &link).await?;
         let js = nats::jetstream_context(client.clone());
         let names = config.broker_names();
         let subjects = config.subjects();
-        let bus = Arc::new(NatsEventBus::new(js.clone(), names.clone()));
+        let bus = Arc::new(NatsEventBus::new(js.clone(), names.clone(), link));
         let registry = Registry::new(name);
         let exit = Arc::new(Mutex::new(None));
         let in_force = config.quotas.quotas();

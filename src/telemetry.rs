@@ -38,6 +38,8 @@ pub const SCHEDULED: &str = "timer_scheduled";
 pub const ACTOR_RESTARTS: &str = "timer_actor_restarts_total";
 /// 1 while the broker connection is up.
 pub const BROKER_CONNECTED: &str = "timer_broker_connected";
+/// Losses of the broker link, by `cause`: `silent` (nothing came back) or `closed`.
+pub const BROKER_LINKS_LOST: &str = "timer_broker_links_lost_total";
 /// 1 while the database accepts writes.
 pub const STORAGE_OK: &str = "timer_storage_ok";
 /// API requests answered, by `verb` and `code` (200, 400, 404, 500).
@@ -150,6 +152,10 @@ fn describe() {
     describe_gauge!(SCHEDULED, "Pending timers");
     describe_counter!(ACTOR_RESTARTS, "Actor restarts, by actor");
     describe_gauge!(BROKER_CONNECTED, "1 while connected to the broker");
+    describe_counter!(
+        BROKER_LINKS_LOST,
+        "Losses of the broker link, by cause: silent (nothing came back) or closed"
+    );
     describe_gauge!(STORAGE_OK, "1 while the database accepts writes");
     describe_counter!(API_REQUESTS, "API requests answered, by verb and code");
     describe_counter!(RETENTION_DELETED, "Finished timers deleted by retention");

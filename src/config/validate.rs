@@ -105,6 +105,7 @@ impl Config {
             ));
         }
         self.nats.validate_auth()?;
+        self.nats.validate_link()?;
         self.postgres.validate()?;
         self.quotas.validate()?;
         self.metrics.validate()?;

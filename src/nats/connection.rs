@@ -5,14 +5,15 @@ use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions, Event, jetstream};
 
+use super::link::LinkWatch;
 use crate::backoff;
 use crate::config::{NatsSettings, redact_url};
-use crate::health::Health;
 
 /// Upper bound of the reconnect backoff: how long after the broker returns the daemon may take
-/// to notice.
+/// to notice, beside an attempt under way (`connect_timeout`) that a silent path holds up. An
+/// attempt a second costs a broker that is down nothing.
 const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(50);
-const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// How long a JetStream request or PubAck may take before it counts as failed and is retried.
 pub const JETSTREAM_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -191,19 +192,25 @@ pub async fn connect_options(
 }
 
 /// Starts connecting to `url`; returns at once, the connection is made in the background.
-/// Fails only when the URL or an authentication file is unusable. The connection's state is
-/// kept in `health`; `name` is how the server lists the connection.
+/// Fails only when the URL or an authentication file is unusable. The connection's life is
+/// reported to `link`; `name` is how the server lists the connection. The client pings a
+/// third of `link_timeout` apart while nothing comes in, and drops the connection after three
+/// unanswered pings (the client's own limit), so a silent path is noticed within
+/// `link_timeout`; `connect_timeout` bounds each attempt to connect.
 pub async fn connect(
     url: &str,
     settings: &NatsSettings,
     name: &str,
-    health: Health,
+    link: &LinkWatch,
 ) -> Result<Client, ConnectError> {
     let (servers, options) = connect_options(url, settings).await?;
-    options
+    let events = link.downgrade();
+    let client = options
         .name(format!("timer-service {name}"))
         .retry_on_initial_connect()
         .max_reconnects(None)
+        .ping_interval(settings.link_timeout / 3)
+        .connection_timeout(settings.connect_timeout)
         .reconnect_delay_callback(|attempts| match attempts {
             0 => Duration::ZERO,
             n => backoff::exponential(
@@ -213,18 +220,12 @@ pub async fn connect(
             ),
         })
         .event_callback(move |event| {
-            let health = health.clone();
+            let link = events.upgrade();
             async move {
-                match event {
-                    Event::Connected => {
-                        health.set_broker_connected(true);
-                        tracing::info!(actor = "broker", "connected to NATS");
-                    }
-                    Event::Disconnected => {
-                        health.set_broker_connected(false);
-                        tracing::warn!(actor = "broker", "disconnected from NATS; reconnecting");
-                    }
-                    other => {
+                match (event, link) {
+                    (Event::Connected, Some(link)) => link.connected(),
+                    (Event::Disconnected, Some(link)) => link.disconnected(),
+                    (other, _) => {
                         tracing::warn!(actor = "broker", event = %other, "NATS connection event")
                     }
                 }
@@ -235,7 +236,9 @@ pub async fn connect(
         .map_err(|source| ConnectError::Url {
             url: redact_url(url),
             source,
-        })
+        })?;
+    link.attach(client.clone());
+    Ok(client)
 }
 
 /// A JetStream context whose requests and PubAcks time out, so a broker outage turns into

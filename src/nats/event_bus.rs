@@ -5,7 +5,9 @@
 //! lost in a broker restart never come, and a send can wait for room in the client's buffer
 //! while the connection is down. Past the deadline every event whose PubAck was not seen yet
 //! counts as failed, so the Poller retries it once JetStream serves again; one that was stored
-//! after all is dropped by the broker as a duplicate (`Nats-Msg-Id`).
+//! after all is dropped by the broker as a duplicate (`Nats-Msg-Id`). A batch that waited out
+//! its bound without a single PubAck is reported to the link's watch (`link`), which forces a
+//! reconnection if no other PubAck came meanwhile either.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -14,6 +16,7 @@ use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMes
 use async_trait::async_trait;
 
 use super::connection::JETSTREAM_TIMEOUT;
+use super::link::LinkWatch;
 use super::streams::{BrokerNames, ensure_event_stream};
 use crate::domain::trace::{TRACEPARENT, TRACESTATE};
 use crate::ports::{BusError, EventBus, OutgoingEvent, Published, Stored};
@@ -28,14 +31,16 @@ pub struct NatsEventBus {
     /// Whether the event stream is known to exist; cleared on any failure so the next publish
     /// checks again (an operator may have deleted it, a fresh broker may lack it).
     stream_ready: AtomicBool,
+    link: LinkWatch,
 }
 
 impl NatsEventBus {
-    pub fn new(js: jetstream::Context, names: BrokerNames) -> Self {
+    pub fn new(js: jetstream::Context, names: BrokerNames, link: LinkWatch) -> Self {
         Self {
             js,
             names,
             stream_ready: AtomicBool::new(false),
+            link,
         }
     }
 
@@ -85,6 +90,7 @@ impl NatsEventBus {
             let acked = match sent {
                 Ok(ack) => ack
                     .await
+                    .inspect(|_| self.link.answered())
                     .map(|ack| match ack.duplicate {
                         true => Stored::Duplicate,
                         false => Stored::New,
@@ -101,6 +107,7 @@ impl NatsEventBus {
 impl EventBus for NatsEventBus {
     async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published> {
         let count = events.len();
+        let began = tokio::time::Instant::now();
         let mut results = Vec::with_capacity(count);
         let bounded =
             tokio::time::timeout(BATCH_DEADLINE, self.publish_unbounded(events, &mut results))
@@ -113,6 +120,11 @@ impl EventBus for NatsEventBus {
         }
         if results.iter().any(Result::is_err) {
             self.stream_ready.store(false, Ordering::Release);
+        }
+        // Waited out without a single PubAck: no answer at all, as on a silent path (an error
+        // the broker sends back comes sooner, and is an answer).
+        if count > 0 && results.iter().all(Result::is_err) && began.elapsed() >= JETSTREAM_TIMEOUT {
+            self.link.unanswered("PubAck", began);
         }
         results
     }

@@ -1,6 +1,7 @@
 //! The NATS JetStream adapter: the only code that speaks to the broker.
 //!
-//! - `connection`: connecting with endless retry and logging the connection's life.
+//! - `connection`: connecting with endless retry and logging the connection's life; `link`:
+//!   the link watched, so that a path gone silent is noticed within `link_timeout`.
 //! - `event_bus`: [`NatsEventBus`], the `EventBus` port over JetStream publish + PubAck.
 //! - `command_source`: [`JetStreamCommandSource`], the `CommandSource` port over the durable
 //!   pull consumers, read in turns; `pull`: one consumer and its open pull request, read as
@@ -18,6 +19,7 @@ pub mod connection;
 mod delivery;
 pub mod event_bus;
 mod keepalive;
+pub mod link;
 pub mod partitions;
 mod pull;
 pub mod strays;
@@ -28,5 +30,6 @@ pub use command_publisher::JetStreamCommandPublisher;
 pub use command_source::{JetStreamCommandSource, JetStreamCommandSourceFactory};
 pub use connection::{ConnectError, connect, jetstream_context, server_addrs};
 pub use event_bus::NatsEventBus;
+pub use link::LinkWatch;
 pub use strays::JetStreamStrays;
 pub use streams::BrokerNames;
