@@ -436,3 +436,68 @@ async fn rollback_by_lines_set_1_leaves_a_stream_a_release_without_lines_reads()
     let keys = schedule_every_tenant(&client, "after-rollback").await;
     await_fired(&client, &keys, Duration::from_secs(15)).await;
 }
+
+/// The rollback procedure with the release before lines itself (built from its git commit,
+/// `common::previous_release`): `lines set 1` while commands arrive, stop, undo the later
+/// migrations (`timer-service migrate --to`), start the older binary. It reads every command
+/// acknowledged before and after, leaves nothing in the stream, and fires new timers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_to_the_release_before_lines_loses_nothing() {
+    let Some(previous) = tokio::task::spawn_blocking(common::previous_release::binary)
+        .await
+        .expect("build")
+    else {
+        return;
+    };
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    let daemon =
+        DaemonProcess::start_with(&server, &scratch, &[("TIMER_NATS_COMMAND_PARTITIONS", "4")]);
+    daemon
+        .await_log(
+            "reading the command stream's consumers in turns",
+            Duration::from_secs(20),
+        )
+        .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = publish_until(&client, stop.clone());
+    let (ok, out) = lines(&server, &scratch, &["set", "1"]).await;
+    assert!(ok, "lines set 1:\n{out}");
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait_exit(Duration::from_secs(15)).await.success());
+    // Commands keep coming while no daemon runs.
+    stop.store(true, Ordering::Relaxed);
+    let acked = publisher.await.expect("publisher");
+
+    let migrate = tokio::process::Command::new(env!("CARGO_BIN_EXE_timer-service"))
+        .args([
+            "migrate",
+            "--to",
+            common::previous_release::NEWEST_MIGRATION,
+        ])
+        .arg("--config")
+        .arg(scratch.dir.path().join("absent-config.toml"))
+        .env("TIMER_DB_PATH", scratch.db_path())
+        .kill_on_drop(true)
+        .output();
+    let migrated = tokio::time::timeout(Duration::from_secs(60), migrate)
+        .await
+        .expect("migrate --to within a minute")
+        .expect("run migrate --to");
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+
+    let older = DaemonProcess::start_binary(&previous, &server, &scratch, &[]);
+    await_all_stored(&client, &scratch, &acked).await;
+    let keys = schedule_every_tenant(&client, "on-the-older-release").await;
+    await_fired(&client, &keys, Duration::from_secs(15)).await;
+    assert!(
+        !older.log_text().contains("ERROR"),
+        "the older release ran cleanly:\n{}",
+        older.log_text()
+    );
+}
