@@ -479,6 +479,11 @@ async fn a_rollback_to_the_release_before_lines_loses_nothing() {
         .arg("--config")
         .arg(scratch.dir.path().join("absent-config.toml"))
         .env("TIMER_DB_PATH", scratch.db_path())
+        .envs(
+            scratch
+                .database_url()
+                .map(|url| ("TIMER_DATABASE_URL", url)),
+        )
         .kill_on_drop(true)
         .output();
     let migrated = tokio::time::timeout(Duration::from_secs(60), migrate)
