@@ -390,12 +390,12 @@ async fn lines_set_up_and_down_loses_no_command_in_flight() {
     );
 }
 
-/// The rollback procedure (docs/operations.md, "Rollback"): `lines set 1` while commands
-/// arrive, stop the daemon, start one that reads a single consumer as it finds it (a release
-/// without lines; here this binary with one line): every command sent before and after is
-/// applied, and new timers fire.
+/// `lines set 1` while commands arrive leaves the shape a release without lines reads (no
+/// transform, one consumer reading `timer.cmd.>`), and keeps it: a daemon of this release
+/// started afterwards with the default 16 adopts the one line recorded rather than laying the
+/// stream out again. Every command sent before and after is applied, and new timers fire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rollback_by_lines_set_1_leaves_a_stream_a_release_without_lines_reads() {
+async fn lines_set_1_leaves_one_consumer_reading_everything_and_keeps_it() {
     let server = NatsServer::start();
     let scratch = Scratch::new();
     let client = TestClient::connect(&server).await;
@@ -430,11 +430,18 @@ async fn rollback_by_lines_set_1_leaves_a_stream_a_release_without_lines_reads()
         ("timer.cmd.>", 0)
     );
 
-    let _older =
-        DaemonProcess::start_with(&server, &scratch, &[("TIMER_NATS_COMMAND_PARTITIONS", "1")]);
+    let again = DaemonProcess::start(&server, &scratch);
     await_all_stored(&client, &scratch, &acked).await;
     let keys = schedule_every_tenant(&client, "after-rollback").await;
     await_fired(&client, &keys, Duration::from_secs(15)).await;
+    again
+        .await_log(
+            "the command stream has 1 lines and command_partitions is 16",
+            Duration::from_secs(5),
+        )
+        .await;
+    assert_eq!(partitions_of(&stream_config(&client).await), None);
+    assert_eq!(consumer_names(&client).await, ["timer-service"]);
 }
 
 /// The rollback procedure with the release before lines itself (built from its git commit,

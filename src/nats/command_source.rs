@@ -1,5 +1,6 @@
 //! `CommandSource` over the command stream's durable pull consumers: the first one, and one
-//! per line when the stream is in lines by tenant (`partitions`). Each line keeps a pull
+//! per line the stream has (`partitions`; lines added or deleted while it runs are followed,
+//! `follow`). Each line keeps a pull
 //! request for several batches open ([`REQUEST_AT_LEAST`] commands among the lines), expiring
 //! after the wait, so a quiet stream costs one request per line and wait and a busy one
 //! delivers many batches per round trip. A batch is filled from the lines in turns, one
