@@ -166,6 +166,7 @@ impl Daemon {
                 source: Arc::new(JetStreamCommandSourceFactory::new(
                     js.clone(),
                     names.clone(),
+                    health.clone(),
                 )),
                 bus,
                 clock: clock.clone(),

@@ -26,6 +26,9 @@ pub struct Status {
     pub storage_error: Option<String>,
     /// Actors that are not running (failed, waiting for their restart).
     pub actors_down: BTreeSet<String>,
+    /// Why the service cannot read commands from the broker objects as they are (an
+    /// operator-made consumer it cannot use), while that lasts.
+    pub intake_refused: Option<String>,
 }
 
 impl Status {
@@ -40,6 +43,9 @@ impl Status {
         }
         for actor in &self.actors_down {
             problems.push(format!("actor {actor}: not running"));
+        }
+        if let Some(reason) = &self.intake_refused {
+            problems.push(format!("commands: {reason}"));
         }
         problems
     }
@@ -180,6 +186,11 @@ impl Health {
     pub fn storage_failed(&self, cause: impl Into<String>) {
         self.lock().status.storage_error = Some(cause.into());
         metrics::gauge!(crate::telemetry::STORAGE_OK).set(0.0);
+    }
+
+    /// The broker objects cannot be used as they are (`Some`), or again can (`None`).
+    pub fn intake_refused(&self, reason: Option<String>) {
+        self.lock().status.intake_refused = reason;
     }
 
     pub fn actor_down(&self, actor: &str) {

@@ -18,9 +18,10 @@
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
 //!   [`ports::Clock`], the API's server and publisher (test doubles: `tests/common/doubles.rs`).
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker: `connection`,
-//!   `streams`, `command_source` (with `pull`, `delivery` and the `keepalive` of everything
-//!   delivered and not settled), `event_bus`, `api_service`, `strays` (commands no consumer
-//!   reads).
+//!   `streams`, `partitions` and `layout` (the command stream's lines, kept on the stream),
+//!   `relayout` (changing them), `command_source` (with `pull`, `delivery` and the `keepalive`
+//!   of everything delivered and not settled), `event_bus`, `api_service`, `strays` (commands
+//!   no consumer reads).
 //! - [`storage`]: the only code that touches the database. `mod.rs` is the store's face,
 //!   `error` its errors; `backend` (the trait where SQLite and PostgreSQL differ), implemented
 //!   by `sqlite/` and `postgres/`, each with its `firing` (claim, mark) and `fair` SQL and its
@@ -44,7 +45,8 @@
 //! - [`telemetry`]: metric names, the Prometheus recorder, and log formats.
 //! - [`schemas`]: the JSON Schemas of every message and API request and reply, generated from
 //!   the domain's types (`timer-service schema` writes them to `schema/`).
-//! - [`client`]: a client of the public contract; [`cli`]: the `timer-service timers` commands.
+//! - [`client`]: a client of the public contract; [`cli`]: the `timer-service timers` commands;
+//!   [`lines`]: `timer-service lines show|set` (the command stream's lines).
 //! - [`daemon`]: wiring it all together, and the quota reload on SIGHUP; [`run`] is what
 //!   `main` calls.
 
@@ -56,6 +58,7 @@ pub mod config;
 pub mod daemon;
 pub mod domain;
 pub mod health;
+pub mod lines;
 pub mod nats;
 pub mod ports;
 pub mod schemas;

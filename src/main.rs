@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use timer_service::cli::{self, TimersArgs};
 use timer_service::config::LogFormat;
+use timer_service::lines as cli_lines;
 use timer_service::{Config, DaemonError, telemetry};
 
 /// The daemon allocates and frees many small buffers per batch (JSON, SQL values, broker
@@ -49,6 +50,10 @@ enum Command {
         #[arg(long)]
         to: PathBuf,
     },
+    /// Show or change the lines of the command stream (`lines set 1` before a rollback to a
+    /// release without lines).
+    #[command(subcommand)]
+    Lines(cli_lines::LinesCommand),
     /// Write the JSON Schemas of every message and API request and reply, then exit.
     Schema {
         /// Directory to write them in (created if missing); the repository keeps them in schema/.
@@ -126,6 +131,15 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Some(Command::Lines(command)) = cli.command {
+        return match runtime.block_on(cli_lines::run(&config, command)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let command = cli.command.unwrap_or(Command::Run);
     // The daemon's spans, exported when the standard OTLP variables ask for it (on threads of
     // the exporter's own).
@@ -161,7 +175,10 @@ fn main() -> ExitCode {
                         keep = %to, "migrations after the one kept are undone"))
                     .map_err(anyhow::Error::from)
             }
-            Command::Timers(_) | Command::Backup { .. } | Command::Schema { .. } => Ok(()),
+            Command::Timers(_)
+            | Command::Backup { .. }
+            | Command::Schema { .. }
+            | Command::Lines(_) => Ok(()),
         }
         .map_err(|e| {
             tracing::error!(error = %e, "timer-service failed");

@@ -35,6 +35,7 @@ pub struct NatsSettings {
     pub replicas: usize,
     /// Lines the command stream is split into by tenant, read in turns, so that one tenant's
     /// backlog of commands does not stand in front of the others' (1: one line, as before).
+    /// Lays out only a stream without lines recorded; a stream keeps its own (`nats::layout`).
     pub command_partitions: u16,
     /// How long the link to the broker may bring nothing back before it counts as lost and the
     /// daemon reconnects: a path gone silent without a reset (the broker's machine lost, a NAT

@@ -1,5 +1,6 @@
 //! `CommandSource` over the command stream's durable pull consumers: the first one, and one
-//! per line when the stream is in lines by tenant (`partitions`). Each line keeps a pull
+//! per line the stream has (`partitions`; lines added or deleted while it runs are followed,
+//! `follow`). Each line keeps a pull
 //! request for several batches open ([`REQUEST_AT_LEAST`] commands among the lines), expiring
 //! after the wait, so a quiet stream costs one request per line and wait and a busy one
 //! delivers many batches per round trip. A batch is filled from the lines in turns, one
@@ -15,11 +16,14 @@ use async_trait::async_trait;
 use futures::FutureExt;
 
 use super::delivery::Delivered;
+use super::follow::Follower;
+use super::layout::Refused;
 use super::partitions::Lines;
 use super::pull::{Line, Next};
 use super::streams::{BrokerNames, ensure_broker_objects, incarnation};
 use crate::domain::trace::{TRACEPARENT, TRACESTATE};
 use crate::domain::{StreamIncarnation, TraceContext};
+use crate::health::Health;
 use crate::ports::{BusError, CommandSource, CommandSourceFactory, InboundCommand};
 
 /// Shortest life of a pull request. A call that waits only a millisecond (while commands are
@@ -43,6 +47,12 @@ pub struct JetStreamCommandSource {
     /// The first consumer's line, then one per line of the stream; empty until the broker
     /// objects are ensured.
     lines: Vec<Line>,
+    /// The consumer name of each of `lines`.
+    line_names: Vec<String>,
+    /// Looks at the stream's lines now and then, and adds or drops lines.
+    follow: Follower,
+    /// Where a broker the service cannot use as it is turns readiness red.
+    health: Health,
     /// The line whose turn comes first when the next batch is filled.
     turn: usize,
     /// The incarnation the last request read from, to log a change of it once.
@@ -50,12 +60,15 @@ pub struct JetStreamCommandSource {
 }
 
 impl JetStreamCommandSource {
-    pub fn new(js: jetstream::Context, names: BrokerNames) -> Self {
+    pub fn new(js: jetstream::Context, names: BrokerNames, health: Health) -> Self {
         Self {
             js,
             subjects: Lines::new(&names),
             names,
             lines: Vec::new(),
+            line_names: Vec::new(),
+            follow: Follower::new(),
+            health,
             turn: 0,
             stream: None,
         }
@@ -63,21 +76,30 @@ impl JetStreamCommandSource {
 
     async fn ensure_lines(&mut self) -> Result<(), BusError> {
         if self.lines.is_empty() {
-            let consumers = ensure_broker_objects(&self.js, &self.names)
-                .await
-                .map_err(|e| {
-                    BusError(format!(
-                        "streams {} and {} with consumer {} unavailable: {e}",
-                        self.names.command_stream, self.names.event_stream, self.names.consumer
-                    ))
-                })?;
+            let ensured = ensure_broker_objects(&self.js, &self.names).await;
+            let refused = ensured
+                .as_ref()
+                .err()
+                .and_then(|e| e.downcast_ref::<Refused>());
+            self.health.intake_refused(refused.map(ToString::to_string));
+            let consumers = ensured.map_err(|e| {
+                BusError(format!(
+                    "streams {} and {} with consumer {} unavailable: {e}",
+                    self.names.command_stream, self.names.event_stream, self.names.consumer
+                ))
+            })?;
             tracing::info!(
                 actor = "command_handler",
                 consumers = consumers.len(),
                 "reading the command stream's consumers in turns"
             );
+            self.line_names = consumers
+                .iter()
+                .map(|c| c.cached_info().name.clone())
+                .collect();
             self.lines = consumers.into_iter().map(Line::new).collect();
             self.turn = 0;
+            self.follow.looked();
         }
         Ok(())
     }
@@ -85,6 +107,7 @@ impl JetStreamCommandSource {
     /// Forgets the consumers and the open requests after an error, so the next call starts over.
     fn reset(&mut self) {
         self.lines.clear();
+        self.line_names.clear();
         self.stream = None;
     }
 
@@ -95,6 +118,15 @@ impl JetStreamCommandSource {
     /// messages of a request are never taken for a newer incarnation's.
     async fn open_requests(&mut self, max: usize, wait: Duration) -> Result<(), BusError> {
         self.ensure_lines().await?;
+        let (js, names, subjects) = (&self.js, &self.names, &self.subjects);
+        let looked = (self.follow)
+            .look(js, names, subjects, &mut self.lines, &mut self.line_names)
+            .await;
+        self.turn %= self.lines.len().max(1);
+        if let Err(e) = looked {
+            self.reset();
+            return Err(e);
+        }
         let expires = wait.max(REQUEST_EXPIRES_AT_LEAST);
         let busy = self.lines.iter().filter(|l| l.pending > 0).count().max(1);
         let mut sent = Vec::new();
@@ -160,6 +192,7 @@ impl JetStreamCommandSource {
                 }
                 Some(Next::Failed(e)) => {
                     tracing::warn!(actor = "command_handler", error = %e, "pull request ended with an error");
+                    self.follow.look_now();
                 }
                 Some(Next::Ended) | None => {}
             }
@@ -296,11 +329,12 @@ pub(super) fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<T
 pub struct JetStreamCommandSourceFactory {
     js: jetstream::Context,
     names: BrokerNames,
+    health: Health,
 }
 
 impl JetStreamCommandSourceFactory {
-    pub fn new(js: jetstream::Context, names: BrokerNames) -> Self {
-        Self { js, names }
+    pub fn new(js: jetstream::Context, names: BrokerNames, health: Health) -> Self {
+        Self { js, names, health }
     }
 }
 
@@ -309,6 +343,7 @@ impl CommandSourceFactory for JetStreamCommandSourceFactory {
         Box::new(JetStreamCommandSource::new(
             self.js.clone(),
             self.names.clone(),
+            self.health.clone(),
         ))
     }
 }

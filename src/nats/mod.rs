@@ -8,7 +8,8 @@
 //!   it arrives; `delivery`: one delivered message and its settlement; `keepalive`: every
 //!   delivery reported in progress until it is settled.
 //! - `streams`: the stream and consumer definitions created when absent; `partitions`: the
-//!   command stream in lines by tenant.
+//!   command stream in lines by tenant; `layout`: how many, kept on the stream and followed
+//!   while running (`follow`); `relayout`: changing them (`timer-service lines set`).
 //! - `api_service`: the query and cancel API as a NATS micro service; `command_publisher`:
 //!   the publisher that orders an API cancel in the command stream.
 
@@ -18,10 +19,13 @@ pub mod command_source;
 pub mod connection;
 mod delivery;
 pub mod event_bus;
+mod follow;
 mod keepalive;
+pub mod layout;
 pub mod link;
 pub mod partitions;
 mod pull;
+pub mod relayout;
 pub mod strays;
 pub mod streams;
 

@@ -9,12 +9,9 @@
 //! lines outside the stream's subjects would keep clients from publishing into one, but
 //! nats-server 2.15 then left some acknowledged messages in the work queue.)
 
-use async_nats::jetstream::consumer::{self, FromConsumer, PullConsumer};
-use async_nats::jetstream::stream::{self, SubjectTransform};
-use async_nats::jetstream::{self as js};
-use futures::TryStreamExt;
+use async_nats::jetstream::stream::SubjectTransform;
 
-use super::streams::{BrokerNames, command_consumer_config};
+use super::streams::BrokerNames;
 
 /// Most lines a deployment may have: each is a consumer and an open pull request.
 pub const MAX_COMMAND_PARTITIONS: u16 = 256;
@@ -44,6 +41,24 @@ impl Lines {
 
     pub fn count(&self) -> u16 {
         self.count
+    }
+
+    /// The same deployment's subjects in `count` lines.
+    pub fn with_count(&self, count: u16) -> Self {
+        Self {
+            count: count.max(1),
+            ..self.clone()
+        }
+    }
+
+    /// The first consumer's name.
+    pub fn first_name(&self) -> &str {
+        &self.consumer
+    }
+
+    /// Every subject of the command stream: what the first consumer reads with one line.
+    pub fn wide(&self) -> String {
+        format!("{}.>", self.prefix)
     }
 
     /// What the first consumer reads once lines exist: what an earlier version stored
@@ -128,80 +143,6 @@ pub fn supports_transforms(version: &str) -> bool {
         (Some(major), Some(minor)) => (major, minor) >= TRANSFORMS_SINCE,
         _ => false,
     }
-}
-
-/// Gives the stream the transform `wanted` (or none), keeping the rest of its configuration.
-/// Called only once the first consumer no longer reads a line's subjects, so a daemon of an
-/// earlier version still reading it never meets a stored subject it cannot parse.
-pub async fn set_transform(
-    js: &js::Context,
-    stream: stream::Stream,
-    wanted: Option<SubjectTransform>,
-) -> Result<(), async_nats::Error> {
-    let mut config = stream.cached_info().config.clone();
-    if config.subject_transform == wanted {
-        return Ok(());
-    }
-    let from = config.subject_transform.take();
-    config.subject_transform = wanted.clone();
-    js.update_stream(config).await?;
-    tracing::info!(stream = %stream.cached_info().config.name, from = ?from, to = ?wanted,
-        "the command stream's subject transform changed");
-    Ok(())
-}
-
-/// The consumer of each line, created when absent, then every other line consumer of this
-/// deployment found on the stream (left by a larger `command_partitions`), so the commands
-/// stored in them are read too.
-pub async fn ensure_line_consumers(
-    stream: &stream::Stream,
-    lines: Option<&Lines>,
-    all: &Lines,
-) -> Result<Vec<PullConsumer>, async_nats::Error> {
-    let mut consumers = Vec::new();
-    let wanted = lines.map_or(0, Lines::count);
-    for line in 0..wanted {
-        let name = all.consumer_name(line);
-        let consumer = stream
-            .get_or_create_consumer(&name, command_consumer_config(&name, all.filter(line)))
-            .await?;
-        consumers.push(consumer);
-    }
-    let mut names: Vec<String> = stream.consumer_names().try_collect().await?;
-    names.sort();
-    for name in names {
-        if all.line_of(&name).is_some_and(|line| line >= wanted) {
-            tracing::info!(consumer = %name,
-                "reading a line consumer beyond command_partitions: it may hold commands");
-            consumers.push(stream.get_consumer(&name).await?);
-        }
-    }
-    Ok(consumers)
-}
-
-/// Narrows a first consumer that reads everything (as earlier versions made it) to every
-/// subject but the lines', so it no longer overlaps them. What it holds stays: every command
-/// stored before the transform has one of those subjects.
-pub async fn narrow_first_consumer(
-    stream: &stream::Stream,
-    consumer: PullConsumer,
-    lines: &Lines,
-) -> Result<PullConsumer, async_nats::Error> {
-    let config = &consumer.cached_info().config;
-    let wide = format!("{}.>", lines.prefix);
-    let reads_all = config.filter_subject.is_empty() || config.filter_subject == wide;
-    if !reads_all || !config.filter_subjects.is_empty() {
-        return Ok(consumer);
-    }
-    let mut config = config.clone();
-    config.filter_subject = String::new();
-    config.filter_subjects = lines.first_filters();
-    let narrowed = stream
-        .create_consumer(consumer::pull::Config::try_from_consumer_config(config)?)
-        .await?;
-    tracing::info!(consumer = %lines.consumer, filters = ?lines.first_filters(),
-        "the command consumer narrowed to the published subjects: commands now go in lines");
-    Ok(narrowed)
 }
 
 #[cfg(test)]

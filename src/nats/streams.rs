@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::FromConsumer;
 use async_nats::jetstream::{self, consumer, stream};
 
+use super::layout;
 use super::partitions::{self, Lines};
 use crate::domain::{StreamIncarnation, Subjects};
 use crate::ports::BusError;
@@ -58,36 +59,39 @@ async fn server_version(js: &jetstream::Context) -> Result<String, async_nats::E
         .ok_or_else(|| "the NATS server has not said its version".into())
 }
 
-/// The lines the command stream is to have, or `None` for a single line: asked for one, or
-/// a server older than 2.10, which has no subject transforms.
-pub async fn wanted_lines(
-    js: &jetstream::Context,
-    names: &BrokerNames,
-) -> Result<Option<Lines>, async_nats::Error> {
-    if names.command_partitions <= 1 {
-        return Ok(None);
-    }
-    let version = server_version(js).await?;
-    Ok(partitions::supports_transforms(&version).then(|| Lines::new(names)))
+/// Whether the server applies subject transforms (and keeps stream metadata): 2.10 or later.
+/// Before that the command stream has one line, and the service records nothing on it.
+pub async fn lines_supported(js: &jetstream::Context) -> Result<bool, async_nats::Error> {
+    Ok(partitions::supports_transforms(&server_version(js).await?))
 }
 
-/// The command stream: a work queue, since a command acknowledged by the service is in SQLite
-/// and the broker need not keep it. Created with its lines' transform; one found is taken as
-/// it is (its transform is set by [`ensure_broker_objects`], in its turn).
+/// The command stream: a work queue, since a command acknowledged by the service is in the
+/// database and the broker need not keep it. Created laid out in `command_partitions` lines
+/// (docs/CONTRACT.md §9); one found is taken as it is.
 pub async fn ensure_command_stream(
     js: &jetstream::Context,
     names: &BrokerNames,
 ) -> Result<stream::Stream, async_nats::Error> {
-    let wanted = wanted_lines(js, names).await?;
-    command_stream(js, names, wanted.as_ref()).await
+    let supported = lines_supported(js).await?;
+    command_stream(js, names, supported).await
 }
 
-/// [`ensure_command_stream`] with the lines already decided.
+/// [`ensure_command_stream`] with the server's support for lines already known.
 async fn command_stream(
     js: &jetstream::Context,
     names: &BrokerNames,
-    wanted: Option<&Lines>,
+    supported: bool,
 ) -> Result<stream::Stream, async_nats::Error> {
+    let lines = Lines::new(names);
+    let (transform, metadata) = if supported {
+        let record = [(layout::LINES_KEY.to_owned(), lines.count().to_string())];
+        (
+            (lines.count() > 1).then(|| lines.transform()),
+            record.into(),
+        )
+    } else {
+        (None, Default::default())
+    };
     Ok(js
         .get_or_create_stream(stream::Config {
             name: names.command_stream.clone(),
@@ -95,7 +99,8 @@ async fn command_stream(
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             num_replicas: names.replicas,
-            subject_transform: wanted.map(Lines::transform),
+            subject_transform: transform,
+            metadata,
             ..Default::default()
         })
         .await?)
@@ -121,35 +126,50 @@ pub(super) fn command_consumer_config(name: &str, filter: String) -> consumer::p
 /// consumers again), so a downstream consumer of the event stream can be created before the
 /// first event. Returns the command consumers, the first one first.
 ///
-/// The order matters to a deployment of an earlier version (one consumer reading
-/// everything): that consumer is narrowed to the published subjects first, then the stream
-/// stores new commands in lines, then the lines' consumers are created. Nothing stored is
-/// left without a consumer at any step, and no two consumers overlap.
+/// The stream's layout is adopted as found (`layout`); `command_partitions` lays out only a
+/// stream without one, such as an earlier version's (one consumer reading everything): that
+/// consumer is narrowed first, then the lines' consumers are created, then the stream stores
+/// new commands in lines. Nothing stored is left without a consumer at any step, no two
+/// consumers overlap, and a first consumer that cannot be used stops it before any change.
 pub async fn ensure_broker_objects(
     js: &jetstream::Context,
     names: &BrokerNames,
 ) -> Result<Vec<consumer::PullConsumer>, async_nats::Error> {
-    let wanted = wanted_lines(js, names).await?;
-    if wanted.is_none() && names.command_partitions > 1 {
-        let version = server_version(js).await?;
-        tracing::warn!(server_version = %version,
-            command_partitions = names.command_partitions,
-            "the NATS server has no subject transforms (2.10 or later): commands are read in \
-             one line, first in first out across tenants");
-    }
-    let all = Lines::new(names);
-    let stream = command_stream(js, names, wanted.as_ref()).await?;
-    let mut first = ensure_command_consumer(&stream, names).await?;
-    if wanted.is_some() {
-        first = partitions::narrow_first_consumer(&stream, first, &all).await?;
-    }
-    // A server without transforms keeps its stream as it is (it would not know the field).
-    if wanted.is_some() || stream.cached_info().config.subject_transform.is_some() {
-        partitions::set_transform(js, stream.clone(), wanted.as_ref().map(Lines::transform))
-            .await?;
+    let supported = lines_supported(js).await?;
+    let setting = Lines::new(names);
+    let stream = command_stream(js, names, supported).await?;
+    let found = layout::recorded(&stream.cached_info().config).filter(|_| supported);
+    let lines = match found {
+        _ if !supported => {
+            if setting.count() > 1 {
+                let version = server_version(js).await?;
+                tracing::warn!(server_version = %version,
+                    command_partitions = names.command_partitions,
+                    "the NATS server has no subject transforms (2.10 or later): commands are \
+                     read in one line, first in first out across tenants");
+            }
+            setting.with_count(1)
+        }
+        Some(count) => {
+            if count != setting.count() {
+                tracing::warn!(stream = %names.command_stream, stream_lines = count,
+                    command_partitions = names.command_partitions,
+                    "the command stream has {count} lines and command_partitions is {}: reading \
+                     the stream's {count} (`timer-service lines set` changes them)",
+                    names.command_partitions);
+            }
+            setting.with_count(count)
+        }
+        None => setting,
+    };
+    let mut first = ensure_command_consumer(&stream, names, &lines).await?;
+    if supported && (found.is_none() || lines.count() > 1) {
+        first = layout::lay_out(js, &stream, first, &lines).await?;
     }
     let mut consumers = vec![first];
-    consumers.extend(partitions::ensure_line_consumers(&stream, wanted.as_ref(), &all).await?);
+    if supported {
+        consumers.extend(layout::line_consumers(js, names, &lines).await?);
+    }
     ensure_event_stream(js, names).await?;
     Ok(consumers)
 }
@@ -162,12 +182,15 @@ pub async fn ensure_broker_objects(
 async fn ensure_command_consumer(
     stream: &stream::Stream,
     names: &BrokerNames,
+    lines: &Lines,
 ) -> Result<consumer::PullConsumer, async_nats::Error> {
+    let mut config = command_consumer_config(&names.consumer, lines.wide());
+    if lines.count() > 1 {
+        config.filter_subject = String::new();
+        config.filter_subjects = lines.first_filters();
+    }
     let mut consumer = stream
-        .get_or_create_consumer(
-            &names.consumer,
-            command_consumer_config(&names.consumer, names.subjects.command_wildcard()),
-        )
+        .get_or_create_consumer(&names.consumer, config)
         .await?;
     let found = consumer.cached_info().config.ack_wait;
     if found > COMMAND_ACK_WAIT {

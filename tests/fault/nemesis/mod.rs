@@ -2,9 +2,11 @@
 //! seconds, heals it, and then schedules a probe timer per tenant (due a second later) to see
 //! how long the service takes to fire again. Its parts: `world` (the processes and files under
 //! attack), `outages` (the broker, the command stream, the disk, the clock, the database
-//! server), `api_flood` (hostile requests); one tenant's heavy reads are in `read_flood`.
+//! server), `api_flood` (hostile requests), `canary` (a second process with another line
+//! count); one tenant's heavy reads are in `read_flood`.
 
 mod api_flood;
+mod canary;
 mod daemon;
 mod outages;
 mod world;
@@ -34,10 +36,11 @@ pub enum Fault {
     ReadFlood,
     DatabasePause,
     DatabaseRestart,
+    OtherLinesCanary,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 12] = [
+    pub const ALL: [Fault; 13] = [
         Self::BrokerKillMidFiring,
         Self::BrokerPause,
         Self::DaemonKill,
@@ -50,6 +53,7 @@ impl Fault {
         Self::ReadFlood,
         Self::DatabasePause,
         Self::DatabaseRestart,
+        Self::OtherLinesCanary,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +70,7 @@ impl Fault {
             Self::ReadFlood => "one tenant's heavy reads",
             Self::DatabasePause => "database SIGSTOP 5s",
             Self::DatabaseRestart => "database stopped 6s, restarted",
+            Self::OtherLinesCanary => "second process, other lines",
         }
     }
 
@@ -175,6 +180,7 @@ impl Nemesis {
             }
             Fault::DatabasePause => self.database_fault(fault, &mut notes).await,
             Fault::DatabaseRestart => self.database_fault(fault, &mut notes).await,
+            Fault::OtherLinesCanary => self.canary_with_other_lines(&mut notes).await,
         };
         let healed = self.healed_at.take().unwrap_or_else(Utc::now);
         let (probes, skipped) = match outcome {
