@@ -44,6 +44,7 @@ mod m20261124_000005_postgres_fill_factor;
 mod m20261125_000006_tenant_quotas;
 mod m20261125_000007_timer_data;
 mod m20261125_000008_trace_context;
+mod m20261127_000009_command_refusals;
 
 pub struct Migrator;
 
@@ -59,6 +60,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000006_tenant_quotas::Migration),
             Box::new(m20261125_000007_timer_data::Migration),
             Box::new(m20261125_000008_trace_context::Migration),
+            Box::new(m20261127_000009_command_refusals::Migration),
         ]
     }
 }

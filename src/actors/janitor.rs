@@ -1,6 +1,6 @@
 //! Janitor actor: retention. Deletes `Reached` and `Cancelled` timers that finished more than
 //! `keep_finished` ago (docs/CONTRACT.md §7), so the database does not grow with every timer ever
-//! fired.
+//! fired, and the records of commands refused for a quota as old (§9).
 //!
 //! Deletes go through Persistence like every write, as background work that every other
 //! operation of the writer goes before, in small steps: one short transaction each, one

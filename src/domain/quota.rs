@@ -11,6 +11,8 @@
 //! - [`TenantQuota`], [`to_count`], [`decide_batch`]: a tenant's stored state, and one
 //!   transaction's commands decided against it; [`crowded_keys`], [`settled`]: which commands
 //!   their keys had already applied, so that a redelivery is never refused.
+//! - [`Refusal`], [`refused_before`]: refusals recorded, so that a copy of a refused command
+//!   is refused again.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -18,11 +20,13 @@ use std::fmt;
 use super::timer::{Action, Command, TimerState};
 
 mod batch;
+mod refusal;
 mod window;
 pub use batch::{
     COUNT_FRESH_MS, TenantQuota, crowded_keys, decide_batch, keys_by_tenant, limited_tenants,
     settled, to_count,
 };
+pub use refusal::{Recorded, Refusal, refused_before};
 pub use window::{SLOT_MS, SLOTS, SlotWindow};
 
 /// The metric label of a tenant without an override of its own: the label set stays bounded by
@@ -117,6 +121,13 @@ impl Quota {
             Quota::MaxPending => "max_pending",
             Quota::CommandsPerSecond => "commands_per_second",
         }
+    }
+
+    /// The quota named `name` (as [`Self::as_str`] writes it).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Quota::MaxPending, Quota::CommandsPerSecond]
+            .into_iter()
+            .find(|q| q.as_str() == name)
     }
 }
 

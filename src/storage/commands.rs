@@ -42,7 +42,9 @@ pub(super) async fn apply(
     let limited = limited_tenants(quotas, commands);
     store
         .durable(async {
-            if limited.is_empty() {
+            // With a quota configured, every batch reads the refusals recorded for its
+            // commands (`quotas::admit`), even one of tenants without limits.
+            if quotas.is_unlimited() {
                 let rounds = rounds(commands.to_vec());
                 if store.backend.statement_is_transaction()
                     && rounds.len() == 1

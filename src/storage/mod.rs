@@ -10,7 +10,8 @@
 //!   `firing` (claim in `dueAt` order, mark) and `fair` (walk, shares) SQL and its clock.
 //! - `commands`: commands, cancels, the command stream's epochs. `firing`: claims, marks.
 //!   `fair`: claims by tenant in turn. `retention`: deleting finished timers.
-//! - `queries`: the query API's reads; `quotas`: what the pending limit needs; `probe`: the
+//! - `queries`: the query API's reads; `quotas`: what the pending limit needs; `refusals`:
+//!   the commands refused for a quota, recorded so that a copy is refused again; `probe`: the
 //!   health probe, the daemon's name, the pending count.
 //! - `backup`: a consistent copy of a running daemon's SQLite file.
 //! - `rows`: stored rows ↔ the domain's types; `entity`, `daemons`, `command_streams`: the
@@ -33,6 +34,7 @@ mod error;
 mod postgres;
 mod probe;
 mod reader;
+mod refusals;
 mod retention;
 mod rows;
 mod sqlite;
@@ -337,8 +339,8 @@ impl Store {
 
     /// Deletes up to `limit` finished timers (`Reached` or `Cancelled`) that finished more than
     /// `keep` before now (`now` on SQLite, the server's clock on PostgreSQL, which stamped
-    /// `reached_at`), oldest first, in one short transaction; returns how many. Never a
-    /// pending one.
+    /// `reached_at`), oldest first, then records of refused commands as old, in one short
+    /// transaction; returns how many rows. Never a pending timer.
     pub async fn delete_finished(
         &self,
         now: DateTime<Utc>,

@@ -3,9 +3,11 @@
 //! row of each limited tenant of the batch (in tenant order, so two transactions cannot
 //! deadlock), counts pending timers where the stored bound does not settle the pending limit,
 //! reads the keys of tenants whose rate window may fill (to find the commands their keys have
-//! already applied, never refused), decides the commands (`domain::quota::decide_batch`), and
-//! writes the rows back. A tenant's transactions thus run one after the other, whichever
-//! daemon runs them; those of tenants without limits take no lock.
+//! already applied, never refused) and the refusals recorded for the batch's commands (a copy
+//! of a refused command is refused again), decides the commands
+//! (`domain::quota::decide_batch`), writes the rows back and records the new refusals. A
+//! tenant's transactions thus run one after the other, whichever daemon runs them; those of
+//! tenants without limits take no lock.
 //!
 //! The rate window's clock is the backend's quota clock (`Backend::quota_clock_ms`), returned
 //! by the statement that locks the rows: the server's on PostgreSQL, as for firing
@@ -22,7 +24,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelec
 
 use super::backend::{Backend, Now};
 use super::entity::{Column, Entity};
-use super::{ROWS_PER_STATEMENT, Store, StoreError};
+use super::{ROWS_PER_STATEMENT, Store, StoreError, refusals};
 use crate::domain::quota::{
     Exceeded, KeyState, Quotas, SlotWindow, TenantPending, TenantQuota, crowded_keys, decide_batch,
     keys_by_tenant, settled, to_count,
@@ -31,8 +33,9 @@ use crate::domain::{Command, TimerState};
 
 /// Decides `commands` against the quotas of their tenants as the database holds them, inside
 /// the transaction `db` that then stores the accepted ones: returns the refused ones by
-/// position. `tenants` are the batch's limited tenants, in order (`limited_tenants`); nothing
-/// is read or locked when there are none. The windows are kept by `backend`'s quota clock, at
+/// position, recorded (`refusals`) so that a copy delivered again is refused again. `tenants`
+/// are the batch's limited tenants, in order (`limited_tenants`); nothing is read or locked
+/// when no quota is configured at all. The windows are kept by `backend`'s quota clock, at
 /// `now` where that is the caller's: the latest instant the locking statements return.
 pub(super) async fn admit(
     db: &impl ConnectionTrait,
@@ -42,7 +45,7 @@ pub(super) async fn admit(
     commands: &[Command],
     now: Now,
 ) -> Result<Vec<(usize, Exceeded)>, StoreError> {
-    if tenants.is_empty() {
+    if quotas.is_unlimited() {
         return Ok(Vec::new());
     }
     let mut stored = HashMap::with_capacity(tenants.len());
@@ -52,6 +55,13 @@ pub(super) async fn admit(
         let (rows, clock_ms) = lock(db, backend.quota_clock_ms(now), chunk).await?;
         stored.extend(rows);
         now_ms = now_ms.max(clock_ms);
+    }
+    // Read once the tenants' rows are locked: a daemon refusing one of their commands holds
+    // them until its record commits. Those of tenants without a limit (lifted by a reload)
+    // are read too.
+    let recorded = refusals::recorded(db, commands).await?;
+    if tenants.is_empty() && recorded.is_empty() {
+        return Ok(Vec::new());
     }
     let to_count = to_count(quotas, &stored, commands, now_ms);
     let counted = if to_count.is_empty() {
@@ -73,11 +83,20 @@ pub(super) async fn admit(
             "commands already applied are not refused"
         );
     }
-    let refused = decide_batch(quotas, &mut stored, counted, commands, &settled, now_ms);
+    let refused = decide_batch(
+        quotas,
+        &mut stored,
+        counted,
+        commands,
+        &settled,
+        &recorded,
+        now_ms,
+    );
     let rows: Vec<(&String, &TenantQuota)> = stored.iter().collect();
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         save(db, chunk).await?;
     }
+    refusals::record(db, commands, &refused, &recorded, now_ms).await?;
     Ok(refused)
 }
 

@@ -1,6 +1,7 @@
 //! Retention: deleting finished timers (`Reached` or `Cancelled`) past their time, oldest
 //! first, in short transactions that commit without waiting for the disk (a lost delete costs
-//! nothing but doing it again).
+//! nothing but doing it again); and, in the same steps, the records of refused commands
+//! (`refusals`) as old: a refusal is remembered as long as a stored command's outcome is.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{EntityTrait, Order, QueryFilter};
 
 use super::entity::{Column, Entity};
-use super::{Store, StoreError};
+use super::{Store, StoreError, refusals};
 use crate::domain::TimerState;
 
 /// See [`Store::delete_finished`]: the cutoff is the backend's, by the clock that stamped
@@ -55,6 +56,12 @@ pub(super) async fn delete_finished(
                     .exec(&txn)
                     .await?
                     .rows_affected;
+            }
+            let left = limit as u64 - deleted;
+            if left > 0 {
+                let keep_ms = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
+                let cutoff_ms = store.backend.quota_clock_ms(store.now(now)).sub(keep_ms);
+                deleted += refusals::delete_before(&txn, cutoff_ms, left).await?;
             }
             txn.commit().await?;
             Ok(deleted)
