@@ -3,7 +3,7 @@
 //! state) is noticed within seconds: the daemon says so in its log, `/readyz` is not 200 while
 //! it cannot reach the broker, and it reconnects; timers due during and after the silence fire
 //! within 10 s of a path being there again. A distant broker (200 ms each way) keeps up with
-//! 400 timers due a second. The daemon is the release binary, its broker reached through the
+//! 400 timers due a second. The daemon is the real binary, its broker reached through the
 //! test's own TCP proxy (`common::net_proxy`).
 
 mod common;
