@@ -131,6 +131,7 @@ impl Daemon {
         let js = nats::jetstream_context(client.clone());
         let names = config.broker_names();
         let subjects = config.subjects();
+        let watch = link.downgrade();
         let bus = Arc::new(NatsEventBus::new(js.clone(), names.clone(), link));
         let registry = Registry::new(name);
         let exit = Arc::new(Mutex::new(None));
@@ -167,6 +168,7 @@ impl Daemon {
                     js.clone(),
                     names.clone(),
                     health.clone(),
+                    watch,
                 )),
                 bus,
                 clock: clock.clone(),

@@ -14,10 +14,13 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_trait::async_trait;
 use futures::FutureExt;
+use tokio::time::Instant;
 
+use super::connection::JETSTREAM_TIMEOUT;
 use super::delivery::Delivered;
 use super::follow::Follower;
 use super::layout::Refused;
+use super::link::WeakLinkWatch;
 use super::partitions::Lines;
 use super::pull::{Line, Next};
 use super::streams::{BrokerNames, ensure_broker_objects, incarnation};
@@ -53,6 +56,10 @@ pub struct JetStreamCommandSource {
     follow: Follower,
     /// Where a broker the service cannot use as it is turns readiness red.
     health: Health,
+    /// Told when the broker answers a pull request, and when one goes unanswered: a path
+    /// silent toward the broker, while API requests keep the connection's pings quiet and no
+    /// timer is published, is noticed by the pull requests alone.
+    link: WeakLinkWatch,
     /// The line whose turn comes first when the next batch is filled.
     turn: usize,
     /// The incarnation the last request read from, to log a change of it once.
@@ -60,7 +67,12 @@ pub struct JetStreamCommandSource {
 }
 
 impl JetStreamCommandSource {
-    pub fn new(js: jetstream::Context, names: BrokerNames, health: Health) -> Self {
+    pub fn new(
+        js: jetstream::Context,
+        names: BrokerNames,
+        health: Health,
+        link: WeakLinkWatch,
+    ) -> Self {
         Self {
             js,
             subjects: Lines::new(&names),
@@ -69,6 +81,7 @@ impl JetStreamCommandSource {
             line_names: Vec::new(),
             follow: Follower::new(),
             health,
+            link,
             turn: 0,
             stream: None,
         }
@@ -117,13 +130,19 @@ impl JetStreamCommandSource {
     /// (which would have ended the request by deleting its consumer), never an older one; the
     /// messages of a request are never taken for a newer incarnation's.
     async fn open_requests(&mut self, max: usize, wait: Duration) -> Result<(), BusError> {
-        self.ensure_lines().await?;
+        let began = Instant::now();
+        if let Err(e) = self.ensure_lines().await {
+            self.unanswered("the command stream's objects", began);
+            return Err(e);
+        }
+        let began = Instant::now();
         let (js, names, subjects) = (&self.js, &self.names, &self.subjects);
         let looked = (self.follow)
             .look(js, names, subjects, &mut self.lines, &mut self.line_names)
             .await;
         self.turn %= self.lines.len().max(1);
         if let Err(e) = looked {
+            self.unanswered("the command stream's lines", began);
             self.reset();
             return Err(e);
         }
@@ -153,9 +172,11 @@ impl JetStreamCommandSource {
         if sent.is_empty() {
             return Ok(());
         }
+        let began = Instant::now();
         let stream = match incarnation(&self.js, &self.names.command_stream).await {
             Ok(stream) => stream,
             Err(e) => {
+                self.unanswered("the command stream's info", began);
                 self.reset();
                 return Err(e);
             }
@@ -196,6 +217,24 @@ impl JetStreamCommandSource {
                 }
                 Some(Next::Ended) | None => {}
             }
+        }
+    }
+
+    /// A JetStream request begun at `began` failed; if only after waiting its whole bound, the
+    /// broker never answered it, and the link watch hears so (an error the broker sends back
+    /// comes at once, and is an answer).
+    fn unanswered(&self, what: &str, began: Instant) {
+        if began.elapsed() >= JETSTREAM_TIMEOUT
+            && let Some(link) = self.link.upgrade()
+        {
+            link.unanswered(what, began);
+        }
+    }
+
+    /// The broker answered a pull request: the path carries bytes both ways.
+    fn heard(&self) {
+        if let Some(link) = self.link.upgrade() {
+            link.answered();
         }
     }
 
@@ -240,13 +279,21 @@ impl CommandSource for JetStreamCommandSource {
                     self.reset();
                     return Err(BusError(format!("pull request failed: {e}")));
                 }
-                Ok(Some((_, Next::Ended))) | Ok(None) => return Ok(out),
+                Ok(Some((_, Next::Ended))) => {
+                    self.heard();
+                    return Ok(out);
+                }
+                Ok(None) => return Ok(out),
                 Err(_) if tokio::time::Instant::now() < answer_by => return Ok(out),
                 Err(_) => {
                     // The broker let a request lapse without a word: it may be frozen or gone.
                     // Look it up afresh after a backoff rather than sending request after
                     // request into a broker that does not answer (each would take commands to
                     // an inbox no longer read once it resumes, until their ack wait runs out).
+                    let since = self.lines.iter().filter_map(Line::opened_at).min();
+                    if let (Some(link), Some(since)) = (self.link.upgrade(), since) {
+                        link.unanswered("pull request", since);
+                    }
                     self.reset();
                     return Err(BusError("pull request was never answered".into()));
                 }
@@ -266,6 +313,9 @@ impl CommandSource for JetStreamCommandSource {
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
             }
+        }
+        if !out.is_empty() {
+            self.heard();
         }
         Ok(out)
     }
@@ -330,11 +380,22 @@ pub struct JetStreamCommandSourceFactory {
     js: jetstream::Context,
     names: BrokerNames,
     health: Health,
+    link: WeakLinkWatch,
 }
 
 impl JetStreamCommandSourceFactory {
-    pub fn new(js: jetstream::Context, names: BrokerNames, health: Health) -> Self {
-        Self { js, names, health }
+    pub fn new(
+        js: jetstream::Context,
+        names: BrokerNames,
+        health: Health,
+        link: WeakLinkWatch,
+    ) -> Self {
+        Self {
+            js,
+            names,
+            health,
+            link,
+        }
     }
 }
 
@@ -344,6 +405,7 @@ impl CommandSourceFactory for JetStreamCommandSourceFactory {
             self.js.clone(),
             self.names.clone(),
             self.health.clone(),
+            self.link.clone(),
         ))
     }
 }

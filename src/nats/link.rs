@@ -160,7 +160,7 @@ impl LinkWatch {
         }
     }
 
-    /// The broker acknowledged a publish.
+    /// The broker answered: it acknowledged a publish, or delivered to or closed a pull request.
     pub fn answered(&self) {
         self.state().answered_at = Instant::now();
     }

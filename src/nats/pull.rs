@@ -35,6 +35,8 @@ type Read = Option<Result<Delivered, String>>;
 
 struct Request {
     read: mpsc::UnboundedReceiver<Read>,
+    /// When it was sent (about: once the broker had taken it).
+    opened_at: Instant,
     /// By when the broker must have closed the request: its expiry plus [`REQUEST_GRACE`].
     answer_by: Instant,
     stream: Arc<StreamIncarnation>,
@@ -70,6 +72,10 @@ impl Line {
         self.request.as_ref().map(|r| r.answer_by)
     }
 
+    pub fn opened_at(&self) -> Option<Instant> {
+        self.request.as_ref().map(|r| r.opened_at)
+    }
+
     /// Sends a pull request for `size` commands expiring after `expires`; the caller names the
     /// stream incarnation that serves it once known ([`Line::opened`]).
     pub async fn request(&self, size: usize, expires: Duration) -> Result<Batch, BusError> {
@@ -85,9 +91,11 @@ impl Line {
     pub fn opened(&mut self, batch: Batch, expires: Duration, stream: Arc<StreamIncarnation>) {
         let (sender, read) = mpsc::unbounded_channel();
         let reader = tokio::spawn(read_request(batch, self.keep_alive.clone(), sender));
+        let now = Instant::now();
         self.request = Some(Request {
             read,
-            answer_by: Instant::now() + expires + REQUEST_GRACE,
+            opened_at: now,
+            answer_by: now + expires + REQUEST_GRACE,
             stream,
             _reader: AbortOnDropHandle::new(reader),
         });
