@@ -17,15 +17,13 @@ use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::connection::JETSTREAM_TIMEOUT;
-use super::delivery::Delivered;
 use super::follow::Follower;
 use super::layout::Refused;
 use super::link::WeakLinkWatch;
 use super::partitions::Lines;
 use super::pull::{Line, Next};
 use super::streams::{BrokerNames, ensure_broker_objects, incarnation};
-use crate::domain::trace::{TRACEPARENT, TRACESTATE};
-use crate::domain::{StreamIncarnation, TraceContext};
+use crate::domain::StreamIncarnation;
 use crate::health::Health;
 use crate::ports::{BusError, CommandSource, CommandSourceFactory, InboundCommand};
 
@@ -208,7 +206,7 @@ impl JetStreamCommandSource {
             }
             match self.lines[i].ready() {
                 Some(Next::Message(message, stream)) => {
-                    out.push(inbound(*message, stream, &self.subjects));
+                    out.push(message.into_inbound(stream, &self.subjects));
                     turns.push_back(i);
                 }
                 Some(Next::Failed(e)) => {
@@ -273,7 +271,7 @@ impl CommandSource for JetStreamCommandSource {
             let first_wait = tokio::time::Instant::now() + wait;
             match tokio::time::timeout_at(first_wait.min(answer_by), self.next_any()).await {
                 Ok(Some((_, Next::Message(message, stream)))) => {
-                    out.push(inbound(*message, stream, &self.subjects));
+                    out.push(message.into_inbound(stream, &self.subjects));
                 }
                 Ok(Some((_, Next::Failed(e)))) => {
                     self.reset();
@@ -308,7 +306,7 @@ impl CommandSource for JetStreamCommandSource {
             }
             match tokio::time::timeout(FILL_WAIT, self.next_any()).await {
                 Ok(Some((_, Next::Message(message, stream)))) => {
-                    out.push(inbound(*message, stream, &self.subjects));
+                    out.push(message.into_inbound(stream, &self.subjects));
                 }
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
@@ -326,53 +324,9 @@ impl CommandSource for JetStreamCommandSource {
         Ok(drained
             .into_iter()
             .flatten()
-            .map(|(delivered, stream)| inbound(delivered, stream, &self.subjects))
+            .map(|(delivered, stream)| delivered.into_inbound(stream, &self.subjects))
             .collect())
     }
-}
-
-/// Wraps a delivered message for the CommandHandler; the subject handed on is the one the
-/// client published on (the line token taken out).
-fn inbound(
-    delivered: Delivered,
-    stream: Arc<StreamIncarnation>,
-    subjects: &Lines,
-) -> InboundCommand {
-    let Delivered {
-        message,
-        sequence,
-        redelivered,
-        delivery,
-        ..
-    } = delivered;
-    let trace = trace_context(message.headers.as_ref());
-    let command = InboundCommand::new(
-        subjects.client_subject(&message.subject),
-        message.payload,
-        sequence,
-        stream,
-        redelivered,
-        delivery,
-    );
-    command.with_trace(trace)
-}
-
-/// The W3C trace context a command's headers carry. Header names are matched whatever their
-/// case (HTTP carriers write `Traceparent`); the values of a header sent more than once are
-/// joined, as W3C says for `tracestate`.
-pub(super) fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<TraceContext> {
-    let header = |name: &str| {
-        let values: Vec<&str> = headers?
-            .iter()
-            .filter(|(key, _)| AsRef::<str>::as_ref(*key).eq_ignore_ascii_case(name))
-            .flat_map(|(_, values)| values.iter().map(|v| v.as_str()))
-            .collect();
-        (!values.is_empty()).then(|| values.join(","))
-    };
-    TraceContext::from_headers(
-        header(TRACEPARENT).as_deref(),
-        header(TRACESTATE).as_deref(),
-    )
 }
 
 /// Hands each (re)started CommandHandler a fresh source on the shared connection.

@@ -9,7 +9,10 @@ use async_nats::jetstream::{self, AckKind};
 use async_trait::async_trait;
 
 use super::keepalive::{InProgress, KeepAlive};
-use crate::ports::{BusError, Delivery};
+use super::partitions::Lines;
+use crate::domain::trace::{TRACEPARENT, TRACESTATE};
+use crate::domain::{StreamIncarnation, TraceContext};
+use crate::ports::{BusError, Delivery, InboundCommand};
 
 pub struct Delivered {
     /// The message without its acknowledgement handle.
@@ -49,6 +52,41 @@ impl Delivered {
             delivery,
         })
     }
+}
+
+impl Delivered {
+    /// The command for the CommandHandler, from `stream`; the subject handed on is the one the
+    /// client published on (the line token taken out).
+    pub fn into_inbound(self, stream: Arc<StreamIncarnation>, subjects: &Lines) -> InboundCommand {
+        let trace = trace_context(self.message.headers.as_ref());
+        let command = InboundCommand::new(
+            subjects.client_subject(&self.message.subject),
+            self.message.payload,
+            self.sequence,
+            stream,
+            self.redelivered,
+            self.delivery,
+        );
+        command.with_trace(trace)
+    }
+}
+
+/// The W3C trace context a command's headers carry. Header names are matched whatever their
+/// case (HTTP carriers write `Traceparent`); the values of a header sent more than once are
+/// joined, as W3C says for `tracestate`.
+pub(super) fn trace_context(headers: Option<&async_nats::HeaderMap>) -> Option<TraceContext> {
+    let header = |name: &str| {
+        let values: Vec<&str> = headers?
+            .iter()
+            .filter(|(key, _)| AsRef::<str>::as_ref(*key).eq_ignore_ascii_case(name))
+            .flat_map(|(_, values)| values.iter().map(|v| v.as_str()))
+            .collect();
+        (!values.is_empty()).then(|| values.join(","))
+    };
+    TraceContext::from_headers(
+        header(TRACEPARENT).as_deref(),
+        header(TRACESTATE).as_deref(),
+    )
 }
 
 pub struct JetStreamDelivery(jetstream::message::Acker);

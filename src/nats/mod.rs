@@ -5,8 +5,9 @@
 //! - `event_bus`: [`NatsEventBus`], the `EventBus` port over JetStream publish + PubAck.
 //! - `command_source`: [`JetStreamCommandSource`], the `CommandSource` port over the durable
 //!   pull consumers, read in turns; `pull`: one consumer and its open pull request, read as
-//!   it arrives; `delivery`: one delivered message and its settlement; `keepalive`: every
-//!   delivery reported in progress until it is settled.
+//!   it arrives; `delivery`: one delivered message, the command it becomes (with its trace
+//!   context) and its settlement; `keepalive`: every delivery reported in progress until it is
+//!   settled.
 //! - `streams`: the stream and consumer definitions created when absent; `partitions`: the
 //!   command stream in lines by tenant; `layout`: how many, kept on the stream and followed
 //!   while running (`follow`); `relayout`: changing them (`timer-service lines set`).

@@ -16,7 +16,7 @@ use async_nats::jetstream::{self, stream};
 use async_trait::async_trait;
 use futures::TryStreamExt;
 
-use super::command_source::trace_context;
+use super::delivery::trace_context;
 use super::partitions::Lines;
 use super::streams::BrokerNames;
 use crate::domain::StreamIncarnation;
