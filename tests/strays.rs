@@ -10,8 +10,11 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{TestClient, eventually, rfc3339, schedule_command};
+use common::{NatsServer, TestClient, eventually, rfc3339, schedule_command};
 use serde_json::json;
+use timer_service::nats::streams::ensure_broker_objects;
+use timer_service::nats::{BrokerNames, JetStreamStrays};
+use timer_service::ports::UnreadCommands;
 
 async fn send(client: &TestClient, subject: &str, id: &str, due: chrono::DateTime<Utc>) {
     let command = schedule_command("acme", id, &rfc3339(due), None);
@@ -97,4 +100,44 @@ async fn commands_on_subjects_no_consumer_reads_are_applied_or_rejected() {
     )
     .await;
     daemon.shutdown().await.expect("shutdown");
+}
+
+/// A command found unread is removed by its sequence once settled. Should the stream be deleted
+/// and created anew meanwhile, that sequence names another client's command in the new stream:
+/// it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settling_a_command_of_a_deleted_stream_removes_nothing_of_the_new_one() {
+    let server = NatsServer::start();
+    let client = TestClient::connect(&server).await;
+    let names = BrokerNames::default();
+    ensure_broker_objects(&client.js, &names)
+        .await
+        .expect("broker objects");
+    let due = Utc::now() + chrono::Duration::hours(1);
+    send(&client, "timer.cmd.schedule.acme.extra", "stray", due).await;
+    let strays = JetStreamStrays::new(client.js.clone(), names.clone());
+    let mut found = eventually(Duration::from_secs(10), "the unread command", || async {
+        let found = strays.unread(10).await.expect("look");
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    let stray = found.remove(0);
+
+    client
+        .js
+        .delete_stream(&names.command_stream)
+        .await
+        .expect("delete the command stream");
+    ensure_broker_objects(&client.js, &names)
+        .await
+        .expect("broker objects again");
+    client.schedule("acme", "newer", due, None).await;
+    assert_eq!(client.commands_outstanding().await, 1);
+
+    stray.term().await.expect("settled");
+    assert_eq!(
+        client.commands_outstanding().await,
+        1,
+        "the new stream's command at the old one's sequence is still there"
+    );
 }

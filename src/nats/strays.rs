@@ -18,7 +18,7 @@ use futures::TryStreamExt;
 
 use super::delivery::trace_context;
 use super::partitions::Lines;
-use super::streams::BrokerNames;
+use super::streams::{BrokerNames, incarnation_of};
 use crate::domain::StreamIncarnation;
 use crate::ports::{BusError, Delivery, InboundCommand, UnreadCommands};
 
@@ -94,13 +94,7 @@ impl UnreadCommands for JetStreamStrays {
         if !more_held {
             return Ok(Vec::new());
         }
-        let info = stream.cached_info();
-        let created_ns = i64::try_from(info.created.unix_timestamp_nanos())
-            .map_err(|e| failed(&format!("creation time out of range: {e}")))?;
-        let incarnation = Arc::new(StreamIncarnation {
-            name: name.clone(),
-            created_ns,
-        });
+        let incarnation = Arc::new(incarnation_of(&stream)?);
         let mut subjects = stream
             .info_with_subjects(self.names.subjects.command_wildcard())
             .await
@@ -125,7 +119,8 @@ impl UnreadCommands for JetStreamStrays {
                 };
                 from = message.sequence + 1;
                 let delivery = Arc::new(Removal {
-                    stream: stream.clone(),
+                    js: self.js.clone(),
+                    incarnation: incarnation.clone(),
                     sequence: message.sequence,
                 });
                 let trace = trace_context(Some(&message.headers));
@@ -150,15 +145,28 @@ impl UnreadCommands for JetStreamStrays {
 }
 
 /// Settling an unread command removes it from the stream: there is no consumer to acknowledge
-/// it to. Handed back (`nak`), it stays, and is found again by a later look.
+/// it to. Handed back (`nak`), it stays, and is found again by a later look. A sequence names a
+/// message only within its stream's incarnation: once the stream was deleted and created anew
+/// the command went with the old one, and the same sequence is another client's command, which
+/// is never deleted.
 struct Removal {
-    stream: stream::Stream,
+    js: jetstream::Context,
+    incarnation: Arc<StreamIncarnation>,
     sequence: u64,
 }
 
 impl Removal {
     async fn remove(&self) -> Result<(), BusError> {
-        match self.stream.delete_message(self.sequence).await {
+        let name = &self.incarnation.name;
+        let stream = self
+            .js
+            .get_stream(name)
+            .await
+            .map_err(|e| BusError(format!("stream {name} unavailable: {e}")))?;
+        if incarnation_of(&stream)? != *self.incarnation {
+            return Ok(());
+        }
+        match stream.delete_message(self.sequence).await {
             Ok(_) => Ok(()),
             // Removed already (by another daemon that found it too).
             Err(e)

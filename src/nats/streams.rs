@@ -241,10 +241,17 @@ pub async fn incarnation(
         .get_stream(name)
         .await
         .map_err(|e| BusError(format!("stream {name} unavailable: {e}")))?;
-    let created_ns = i64::try_from(stream.cached_info().created.unix_timestamp_nanos())
+    incarnation_of(&stream)
+}
+
+/// The incarnation of `stream` as it was looked up.
+pub fn incarnation_of(stream: &stream::Stream) -> Result<StreamIncarnation, BusError> {
+    let info = stream.cached_info();
+    let name = &info.config.name;
+    let created_ns = i64::try_from(info.created.unix_timestamp_nanos())
         .map_err(|e| BusError(format!("stream {name}: creation time out of range: {e}")))?;
     Ok(StreamIncarnation {
-        name: name.to_owned(),
+        name: name.clone(),
         created_ns,
     })
 }
