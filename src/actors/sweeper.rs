@@ -1,4 +1,4 @@
-//! Sweeper actor: every [`EVERY`], looks for commands the command stream holds that no consumer
+//! Sweeper actor: [`EVERY`] after its last look, looks for commands the command stream holds that no consumer
 //! reads (`ports::UnreadCommands`) and hands them to the CommandHandler, which applies or
 //! rejects each as if it had been pulled (docs/CONTRACT.md §3). A command is handed over only
 //! when two looks in a row found it: a consumer being created (a daemon changing the lines,
@@ -74,19 +74,23 @@ impl Actor for Sweeper {
         myself: ActorRef<Self::Msg>,
         _state: &mut SweeperState,
     ) -> Result<(), ActorProcessingErr> {
-        // The interval task ends by itself once this actor has stopped.
-        myself.send_interval(EVERY, || SweeperMsg::Look);
+        // Each look asks for the next once it is done: a look held up by a broker that does
+        // not answer (its requests bounded at 5 s each) does not pile looks up behind it.
+        myself.send_after(EVERY, || SweeperMsg::Look);
         Ok(())
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: SweeperMsg,
         state: &mut SweeperState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            SweeperMsg::Look => look(state).await,
+            SweeperMsg::Look => {
+                look(state).await;
+                myself.send_after(EVERY, || SweeperMsg::Look);
+            }
         }
         Ok(())
     }
