@@ -34,7 +34,7 @@ struct Outcome {
 /// Publishes `count` ScheduleTimers of `tenant` as fast as a client can, then waits until the
 /// stream holds them all.
 async fn queue(client: &TestClient, tenant: &str, count: usize, due: &str) {
-    let before = stream_state(client).await.last_sequence;
+    let before = client.command_stream_info().await.state.last_sequence;
     let subject = format!("timer.cmd.schedule.{tenant}");
     for i in 0..count {
         let command = common::schedule_command(tenant, &format!("{tenant}-{i}"), due, None);
@@ -49,29 +49,9 @@ async fn queue(client: &TestClient, tenant: &str, count: usize, due: &str) {
     }
     client.client.flush().await.expect("flush");
     eventually(Duration::from_secs(60), "the backlog stored", || async {
-        (stream_state(client).await.last_sequence >= before + count as u64).then_some(())
+        (client.command_stream_info().await.state.last_sequence >= before + count as u64).then_some(())
     })
     .await;
-}
-
-async fn stream_state(client: &TestClient) -> stream::State {
-    let mut stream = client
-        .js
-        .get_stream("TIMER_COMMANDS")
-        .await
-        .expect("stream");
-    stream.info().await.expect("stream info").state.clone()
-}
-
-async fn consumer_names(client: &TestClient) -> Vec<String> {
-    let stream = client
-        .js
-        .get_stream("TIMER_COMMANDS")
-        .await
-        .expect("stream");
-    let mut names: Vec<String> = stream.consumer_names().try_collect().await.expect("names");
-    names.sort();
-    names
 }
 
 /// Waits until the daemon has created the lines' consumers too.
@@ -222,7 +202,7 @@ async fn an_earlier_versions_stream_is_drained_and_put_in_lines() {
     client
         .schedule("t1", "moved", Utc::now() + chrono::Duration::hours(1), None)
         .await;
-    assert_eq!(stream_state(&client).await.messages, 203);
+    assert_eq!(client.command_stream_info().await.state.messages, 203);
 
     let _daemon = DaemonProcess::start(&server, &scratch);
     await_consumers(&client, 17).await;
@@ -274,7 +254,7 @@ async fn an_earlier_versions_stream_is_drained_and_put_in_lines() {
         first.cached_info().config.filter_subjects,
         ["timer.cmd.*", "timer.cmd.*.*", "timer.cmd.*.*.*.>"]
     );
-    let names = consumer_names(&client).await;
+    let names = client.command_consumer_names().await;
     assert!(
         names.contains(&"timer-service-p15".to_string()),
         "{names:?}"
@@ -333,7 +313,7 @@ async fn a_server_without_transforms_reads_one_line() {
     for tenant in ["acme", "globex"] {
         client.barrier(tenant).await;
     }
-    assert_eq!(consumer_names(&client).await, vec!["timer-service"]);
+    assert_eq!(client.command_consumer_names().await, vec!["timer-service"]);
     let log = std::fs::read_to_string(&daemon.log).unwrap_or_default();
     assert!(
         log.contains("no subject transforms"),

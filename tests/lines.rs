@@ -14,7 +14,6 @@ use std::time::Duration;
 use async_nats::jetstream::{consumer, stream};
 use chrono::Utc;
 use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually};
-use futures::TryStreamExt;
 use tokio::sync::Mutex;
 
 const TENANTS: usize = 40;
@@ -38,26 +37,6 @@ async fn await_fired(client: &TestClient, keys: &[(String, String)], within: Dur
             .await_all_fired(tenant, std::slice::from_ref(id), within)
             .await;
     }
-}
-
-async fn stream_config(client: &TestClient) -> stream::Config {
-    let mut stream = client
-        .js
-        .get_stream("TIMER_COMMANDS")
-        .await
-        .expect("stream");
-    stream.info().await.expect("info").config.clone()
-}
-
-async fn consumer_names(client: &TestClient) -> Vec<String> {
-    let stream = client
-        .js
-        .get_stream("TIMER_COMMANDS")
-        .await
-        .expect("stream");
-    let mut names: Vec<String> = stream.consumer_names().try_collect().await.expect("names");
-    names.sort();
-    names
 }
 
 fn partitions_of(config: &stream::Config) -> Option<String> {
@@ -131,7 +110,7 @@ async fn a_second_process_with_other_lines_adopts_the_streams() {
         "the canary names both numbers:\n{log}"
     );
     assert_eq!(
-        partitions_of(&stream_config(&client).await).as_deref(),
+        partitions_of(&client.command_stream_info().await.config).as_deref(),
         Some("timer.cmd.{{wildcard(1)}}.{{wildcard(2)}}.{{partition(4,2)}}")
     );
     drop(a);
@@ -168,7 +147,7 @@ async fn a_running_daemon_reads_lines_that_appear_after_its_start() {
             .await
             .expect("a line consumer");
     }
-    let mut config = stream_config(&client).await;
+    let mut config = client.command_stream_info().await.config;
     config.subject_transform = Some(stream::SubjectTransform {
         source: "timer.cmd.*.*".into(),
         destination: "timer.cmd.{{wildcard(1)}}.{{wildcard(2)}}.{{partition(8,2)}}".into(),
@@ -243,7 +222,7 @@ async fn an_operator_made_first_consumer_is_checked_before_anything_changes() {
                 .await_due("acme", "usable", Duration::from_secs(15))
                 .await;
             assert!(
-                partitions_of(&stream_config(&client).await).is_some(),
+                partitions_of(&client.command_stream_info().await.config).is_some(),
                 "in lines"
             );
             continue;
@@ -266,14 +245,14 @@ async fn an_operator_made_first_consumer_is_checked_before_anything_changes() {
         )
         .await;
         assert!(body.contains("lines set 1"), "{body}");
-        let config = stream_config(&client).await;
+        let config = client.command_stream_info().await.config;
         assert_eq!(partitions_of(&config), None, "the transform untouched");
         assert!(
             !config.metadata.contains_key("timer-service.lines"),
             "nothing recorded"
         );
         assert_eq!(
-            consumer_names(&client).await,
+            client.command_consumer_names().await,
             ["timer-service"],
             "no line consumer"
         );
@@ -369,7 +348,7 @@ async fn lines_set_up_and_down_loses_no_command_in_flight() {
         let (ok, out) = lines(&server, &scratch, &["set", count]).await;
         assert!(ok, "lines set {count}:\n{out}");
         assert_eq!(
-            consumer_names(&client).await.len(),
+            client.command_consumer_names().await.len(),
             consumers,
             "after lines set {count}"
         );
@@ -416,9 +395,9 @@ async fn lines_set_1_leaves_one_consumer_reading_everything_and_keeps_it() {
     stop.store(true, Ordering::Relaxed);
     let acked = publisher.await.expect("publisher");
 
-    let config = stream_config(&client).await;
+    let config = client.command_stream_info().await.config;
     assert_eq!(partitions_of(&config), None, "no transform");
-    assert_eq!(consumer_names(&client).await, ["timer-service"]);
+    assert_eq!(client.command_consumer_names().await, ["timer-service"]);
     let first: consumer::PullConsumer = client
         .js
         .get_consumer_from_stream("timer-service", "TIMER_COMMANDS")
@@ -440,8 +419,8 @@ async fn lines_set_1_leaves_one_consumer_reading_everything_and_keeps_it() {
             Duration::from_secs(5),
         )
         .await;
-    assert_eq!(partitions_of(&stream_config(&client).await), None);
-    assert_eq!(consumer_names(&client).await, ["timer-service"]);
+    assert_eq!(partitions_of(&client.command_stream_info().await.config), None);
+    assert_eq!(client.command_consumer_names().await, ["timer-service"]);
 }
 
 /// The rollback procedure with the release before lines itself (built from its git commit,
