@@ -209,6 +209,11 @@ async fn bad_requests_answer_400_with_a_reason_and_never_stop_the_responder() {
         ),
         ("timer.api.get.a+b", br#"{"serviceCallId":"x"}"#, "tenantId"),
         (
+            "timer.api.get._",
+            br#"{"serviceCallId":"x"}"#,
+            "tenantId \"_\" is reserved",
+        ),
+        (
             "timer.api.stats.acme",
             &[0xff, 0xfe],
             "invalid stats request",

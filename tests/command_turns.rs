@@ -49,7 +49,8 @@ async fn queue(client: &TestClient, tenant: &str, count: usize, due: &str) {
     }
     client.client.flush().await.expect("flush");
     eventually(Duration::from_secs(60), "the backlog stored", || async {
-        (client.command_stream_info().await.state.last_sequence >= before + count as u64).then_some(())
+        (client.command_stream_info().await.state.last_sequence >= before + count as u64)
+            .then_some(())
     })
     .await;
 }

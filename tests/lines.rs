@@ -419,7 +419,10 @@ async fn lines_set_1_leaves_one_consumer_reading_everything_and_keeps_it() {
             Duration::from_secs(5),
         )
         .await;
-    assert_eq!(partitions_of(&client.command_stream_info().await.config), None);
+    assert_eq!(
+        partitions_of(&client.command_stream_info().await.config),
+        None
+    );
     assert_eq!(client.command_consumer_names().await, ["timer-service"]);
 }
 

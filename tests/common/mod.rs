@@ -741,22 +741,14 @@ impl TestClient {
 
     /// The command stream as the broker describes it now.
     pub async fn command_stream_info(&self) -> jetstream::stream::Info {
-        let mut stream = self
-            .js
-            .get_stream("TIMER_COMMANDS")
-            .await
-            .expect("stream");
+        let mut stream = self.js.get_stream("TIMER_COMMANDS").await.expect("stream");
         stream.info().await.expect("stream info").clone()
     }
 
     /// The names of the command stream's consumers, sorted.
     pub async fn command_consumer_names(&self) -> Vec<String> {
         use futures::TryStreamExt;
-        let stream = self
-            .js
-            .get_stream("TIMER_COMMANDS")
-            .await
-            .expect("stream");
+        let stream = self.js.get_stream("TIMER_COMMANDS").await.expect("stream");
         let mut names: Vec<String> = stream.consumer_names().try_collect().await.expect("names");
         names.sort();
         names
