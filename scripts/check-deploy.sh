@@ -220,6 +220,7 @@ print(f"image: user {config['User']}, port 9464, {image['Size'] // 2**20} MiB, e
 PY
 
 NATS_SERVER_BIN=${NATS_SERVER_BIN:-$(scripts/nats-server-bin.sh)}
+check "$NATS_SERVER_BIN" -t -c deploy/nats-server.conf
 nats_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$NATS_SERVER_BIN" -js -a 127.0.0.1 -p "$nats_port" -sd "$work/nats" > "$work/nats.log" 2>&1 &
 nats_pid=$!

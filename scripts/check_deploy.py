@@ -56,6 +56,10 @@ def check_compose(resolved_path, repo):
 
     nats = services["nats"]
     expect("--jetstream" in nats.get("command", []), "compose: nats runs without --jetstream")
+    # Its pings short (docs/deployment.md, "The broker's pings"): the file it is given sets them.
+    conf = open(os.path.join(repo, "deploy", "nats-server.conf")).read()
+    expect("--config" in nats.get("command", []) and 'ping_interval: "5s"' in conf,
+           "compose: nats runs without deploy/nats-server.conf's short pings")
     expect(nats.get("healthcheck", {}).get("test"), "compose: nats has no health check")
     expect(services["postgres"].get("healthcheck", {}).get("test"), "compose: postgres has no health check")
 

@@ -48,24 +48,9 @@ fn partitions_of(config: &stream::Config) -> Option<String> {
 
 /// `timer-service lines <args>` against `server`; its exit status and output.
 async fn lines(server: &NatsServer, scratch: &Scratch, args: &[&str]) -> (bool, String) {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_timer-service"));
-    command
-        .arg("lines")
-        .args(args)
-        .arg("--config")
-        .arg(scratch.dir.path().join("absent-config.toml"))
-        .env("TIMER_BROKER_URL", server.url())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
-        .await
-        .expect("lines finishes within a minute")
-        .expect("run timer-service lines");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
+    let env = common::operator::env_for(&server.url(), scratch);
+    let args: Vec<&str> = ["lines"].iter().chain(args).copied().collect();
+    common::operator::run(scratch, &args, &env).await
 }
 
 /// Finding 1: a second process (a canary with other settings) started and stopped beside a
@@ -459,31 +444,18 @@ async fn a_rollback_to_the_release_before_lines_loses_nothing() {
     stop.store(true, Ordering::Relaxed);
     let acked = publisher.await.expect("publisher");
 
-    let migrate = tokio::process::Command::new(env!("CARGO_BIN_EXE_timer-service"))
-        .args([
+    let env = common::operator::env_for(&server.url(), &scratch);
+    let (migrated, out) = common::operator::run(
+        &scratch,
+        &[
             "migrate",
             "--to",
             common::previous_release::NEWEST_MIGRATION,
-        ])
-        .arg("--config")
-        .arg(scratch.dir.path().join("absent-config.toml"))
-        .env("TIMER_DB_PATH", scratch.db_path())
-        .envs(
-            scratch
-                .database_url()
-                .map(|url| ("TIMER_DATABASE_URL", url)),
-        )
-        .kill_on_drop(true)
-        .output();
-    let migrated = tokio::time::timeout(Duration::from_secs(60), migrate)
-        .await
-        .expect("migrate --to within a minute")
-        .expect("run migrate --to");
-    assert!(
-        migrated.status.success(),
-        "{}",
-        String::from_utf8_lossy(&migrated.stderr)
-    );
+        ],
+        &env,
+    )
+    .await;
+    assert!(migrated, "migrate --to:\n{out}");
 
     let older = DaemonProcess::start_binary(&previous, &server, &scratch, &[]);
     await_all_stored(&client, &scratch, &acked).await;

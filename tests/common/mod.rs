@@ -9,6 +9,7 @@ pub mod doubles;
 pub mod nats_cluster;
 mod nats_server;
 pub mod net_proxy;
+pub mod operator;
 pub mod pki;
 pub mod postgres_cluster;
 pub mod previous_release;

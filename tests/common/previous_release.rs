@@ -29,7 +29,18 @@ pub fn binary() -> Option<PathBuf> {
     if built.exists() {
         return Some(built);
     }
-    match build(&target, &profile_dir, &built) {
+    // Test binaries that run at once (the rollback test, the fault suite) build it once: the
+    // others wait for the first, then find it built.
+    let lock = std::fs::File::create(target.join("previous-release.lock"))
+        .and_then(|file| file.lock().map(|()| file));
+    if built.exists() {
+        return Some(built);
+    }
+    let outcome = match lock {
+        Ok(_held) => build(&target, &profile_dir, &built),
+        Err(e) => Err(format!("cannot lock the build: {e}")),
+    };
+    match outcome {
         Ok(()) => Some(built),
         Err(why) => {
             super::lacking("the previous release's binary", &why);
@@ -106,8 +117,10 @@ fn build(target: &Path, profile_dir: &Path, built: &Path) -> Result<(), String> 
         "the previous release was built in {:.0} s",
         started.elapsed().as_secs_f64()
     );
-    std::fs::copy(profile_dir.join("timer-service-previous"), built)
-        .map(|_| ())
+    // Whole or not at all: another test binary takes it as soon as it exists.
+    let partial = built.with_extension("partial");
+    std::fs::copy(profile_dir.join("timer-service-previous"), &partial)
+        .and_then(|_| std::fs::rename(&partial, built))
         .map_err(|e| e.to_string())
 }
 

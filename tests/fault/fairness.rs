@@ -225,7 +225,8 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: false,
-            prompt_after_heal: false,
+            lingers_until: None,
+            heal_rule: None,
         });
         history.read_floods.push(ReadFlood {
             tenant: "whale".into(),

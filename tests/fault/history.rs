@@ -149,11 +149,25 @@ pub struct FaultRecord {
     /// command may lose to a firing while it lasts; a load the service must absorb (one
     /// tenant's heavy reads) does not.
     pub disturbs: bool,
-    /// Whether invariant (i) judges it: after its heal (the restarted daemon ready, the
-    /// SIGCONT), every timer the broker acknowledged before the heal fires within 5 s of the
-    /// later of its dueAt and the heal, the commands the daemon held coming back within an ack
-    /// wait.
-    pub prompt_after_heal: bool,
+    /// Until when it may still hold things up whatever its heal: a dead connection the broker
+    /// keeps after a silent path until its own pings go unanswered, and hands a share of the
+    /// API's requests meanwhile (docs/CONTRACT.md §1, "A silent path to the broker").
+    pub lingers_until: Option<Instant>,
+    /// Which invariant judges the timers the broker acknowledged before its heal, if one does
+    /// (each must fire within a bound of the later of its dueAt and the heal).
+    pub heal_rule: Option<HealRule>,
+}
+
+/// How soon after a heal the timers acknowledged before it must fire, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HealRule {
+    /// Invariant (i): the daemon was killed or frozen while it held commands; after the heal
+    /// (the restarted daemon ready, the SIGCONT) they come back within an ack wait, and every
+    /// timer fires within 5 s.
+    HeldCommands,
+    /// Invariant (k): the path to the broker went silent or distant without a reset; once a
+    /// path is there again, timers fire within 10 s.
+    BrokerPath,
 }
 
 /// A tenant's burst of timers all due at one instant.
@@ -172,6 +186,17 @@ pub struct ReadFlood {
     pub from: Instant,
     pub to: Instant,
     pub requests: usize,
+}
+
+/// Schedules of a tenant limited by a quota, sent while the daemon was frozen and worked off
+/// while it was frozen again and again (invariant (l): a refusal is final). Each key is sent
+/// once, and none is in the workload's history: the quota may refuse any of them.
+#[derive(Clone, Debug)]
+pub struct QuotaFlood {
+    pub tenant: String,
+    pub due_at: Instant,
+    /// Each service call id and whether the broker acknowledged it.
+    pub sent: Vec<(String, bool)>,
 }
 
 /// A request of an API flood and whether it was answered.
@@ -217,6 +242,8 @@ pub struct Run {
     pub bursts: Vec<Burst>,
     /// Floods of one tenant's heavy reads: the same holds while they last.
     pub read_floods: Vec<ReadFlood>,
+    /// Schedules past a tenant's quota, worked off under freezes.
+    pub quota_floods: Vec<QuotaFlood>,
     /// What the command stream still held once the workload had ended, every timer had fired
     /// and the daemon had had a while to take the rest (`None`: it could not be read).
     pub commands_left: Option<u64>,

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
+use crate::common::net_proxy::NetProxy;
 use crate::common::{NatsServer, PostgresCluster, Scratch, SmallDisk, TestClient, free_port};
 use history::{Op, Run};
 use nemesis::{Faketime, Fault, Nemesis, World};
@@ -77,11 +78,15 @@ impl Plan {
 pub async fn run(plan: &Plan) -> Run {
     // The broker writes each message before its PubAck (`sync_interval: always`), so a SIGKILL
     // loses nothing it acknowledged; on a tmpfs where one can be mounted, so that costs little.
+    // It pings its clients as docs/deployment.md advises (5 s apart, two unanswered), so that a
+    // connection whose path went silent is dropped by the broker too, within about 15 s: until
+    // then the API requests it hands that connection (a member of the API's queue group) go
+    // unanswered.
     let broker_disk = SmallDisk::mount(1 << 30);
     let broker_store = broker_disk.as_ref().map(|d| d.path().join("js"));
     let server = NatsServer::start_with_config(|port, dir| {
         format!(
-            "listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n",
+            "listen: 127.0.0.1:{port}\nping_interval: \"5s\"\nping_max: 2\njetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n",
             broker_store.as_deref().unwrap_or(dir).display()
         )
     });
@@ -114,9 +119,15 @@ pub async fn run(plan: &Plan) -> Run {
         .map_err(|why| crate::common::lacking("the clock fault", &why))
         .ok();
     let http = format!("127.0.0.1:{}", free_port());
+    let proxy = NetProxy::start(server.port).await;
     let mut env = vec![
         ("TIMER_RETENTION_KEEP_FINISHED".to_owned(), "0".to_owned()),
         ("TIMER_HTTP_LISTEN".to_owned(), http.clone()),
+        ("TIMER_BROKER_URL".to_owned(), proxy.url()),
+        (
+            "TIMER_QUOTAS_TENANTS".to_owned(),
+            nemesis::QUOTA_SETTING.to_owned(),
+        ),
     ];
     if let Some(disk) = &disk {
         env.push((
@@ -129,6 +140,7 @@ pub async fn run(plan: &Plan) -> Run {
     }
     let mut world = World {
         server,
+        proxy,
         _broker_disk: broker_disk,
         scratch,
         disk,
@@ -211,6 +223,7 @@ pub async fn run(plan: &Plan) -> Run {
         hostile_tenants,
         bursts,
         read_floods: nemesis.read_floods,
+        quota_floods: nemesis.quota_floods,
         commands_left,
         ended: Some(Utc::now()),
     }

@@ -2,7 +2,7 @@
 //! (every publish, duplicates the stream drops included, with the local receive time), the
 //! whole event stream read back at the end, and the database's rows at the end.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +19,8 @@ struct Observed {
     seen: Vec<Seen>,
     /// First receipt of an event per key (for the nemesis's probes).
     first_due: HashMap<Key, Instant>,
+    /// Every (key, dueAt) an event was received for (for the nemesis's waits after a heal).
+    fired: HashSet<(Key, Instant)>,
 }
 
 /// The subscriber. Its client reconnects by itself through broker restarts; what it misses
@@ -49,6 +51,7 @@ impl Observer {
                     let subject = message.subject.to_string();
                     let mut observed = observed.lock().expect("observer lock");
                     if let Ok(event) = parse_due(&subject, &message.payload) {
+                        observed.fired.insert((event.key.clone(), event.due_at));
                         observed.first_due.entry(event.key).or_insert(at);
                     }
                     observed.seen.push(Seen {
@@ -74,6 +77,15 @@ impl Observer {
             .first_due
             .get(key)
             .copied()
+    }
+
+    /// Whether an event for `key` due at `due_at` was received.
+    pub fn fired_due(&self, key: &Key, due_at: Instant) -> bool {
+        self.observed
+            .lock()
+            .expect("observer lock")
+            .fired
+            .contains(&(key.clone(), due_at))
     }
 
     /// Everything received so far.

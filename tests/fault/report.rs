@@ -169,11 +169,11 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
              late; from the later of dueAt and the heal: median {} ms, p99 {} ms, the latest {} \
              ms ({}); not judged: {} held past the next fault's start, {} never fired (judged \
              by (a) and (d)), {} in a deleted command stream",
-            Invariant::PromptAfterHeal.letter(),
+            found.rule.invariant().letter(),
             fault.name,
             found.late.len(),
             found.over(),
-            checker::HEAL_BOUND.num_seconds(),
+            found.rule.bound().num_seconds(),
             ms(found.quantile(0.5)),
             ms(found.quantile(0.99)),
             ms(found.quantile(1.0)),
@@ -181,6 +181,21 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
             found.after_next_fault,
             found.never_fired,
             found.destroyed
+        );
+    }
+    for (flood, found) in run.quota_floods.iter().zip(&verdict.quota_floods) {
+        let _ = writeln!(
+            out,
+            "  ({}) {} schedules of {} past its quota, {} acknowledged: {} stored, {} refused, \
+             {} both, {} acknowledged and neither",
+            Invariant::RefusalFinal.letter(),
+            flood.sent.len(),
+            flood.tenant,
+            found.acknowledged,
+            found.stored,
+            found.refused,
+            found.both,
+            found.neither
         );
     }
     let _ = writeln!(

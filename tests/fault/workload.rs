@@ -45,6 +45,15 @@ impl Recorder {
     }
 }
 
+/// One command of [`Client::send_schedules`] and what came of it.
+pub struct Sent {
+    pub id: String,
+    pub outcome: Outcome,
+    pub invoked: Instant,
+    pub completed: Instant,
+    pub attempts: u32,
+}
+
 /// A client of the service, as an application would write one.
 #[derive(Clone)]
 pub struct Client {
@@ -192,8 +201,26 @@ impl Client {
     /// `ids` of `tenant` all due at `due_at`, sent with many PubAcks in flight; each command
     /// not acknowledged is sent again on its own. Returns how many were acknowledged.
     pub async fn burst(&self, tenant: &str, ids: &[String], due_at: Instant) -> usize {
-        let subject = format!("timer.cmd.schedule.{tenant}");
         let mut acked = 0;
+        for sent in self.send_schedules(tenant, ids, due_at).await {
+            acked += usize::from(sent.outcome == Outcome::Acked);
+            self.recorder.record(Op {
+                key: Key::new(tenant, &sent.id),
+                command: Command::Schedule { due_at },
+                outcome: sent.outcome,
+                invoked: sent.invoked,
+                completed: sent.completed,
+                attempts: sent.attempts,
+            });
+        }
+        acked
+    }
+
+    /// Sends `ids` of `tenant` as [`Self::burst`] does, recording nothing: for commands the
+    /// service may refuse (a tenant's quota), which the workload's invariants do not judge.
+    pub async fn send_schedules(&self, tenant: &str, ids: &[String], due_at: Instant) -> Vec<Sent> {
+        let subject = format!("timer.cmd.schedule.{tenant}");
+        let mut sent = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
             let invoked = Utc::now();
             let mut pending = Vec::with_capacity(chunk.len());
@@ -220,10 +247,8 @@ impl Client {
                     let (outcome, attempts) = self.publish(&subject, &bytes).await;
                     (outcome, attempts + 1)
                 };
-                acked += usize::from(outcome == Outcome::Acked);
-                self.recorder.record(Op {
-                    key: Key::new(tenant, id),
-                    command: Command::Schedule { due_at },
+                sent.push(Sent {
+                    id: id.clone(),
                     outcome,
                     invoked,
                     completed: Utc::now(),
@@ -231,7 +256,7 @@ impl Client {
                 });
             }
         }
-        acked
+        sent
     }
 }
 

@@ -1,8 +1,11 @@
-//! Invariant (i), prompt after a heal (docs/CONTRACT.md §1): after the daemon was killed in the
-//! middle of a burst of commands, or frozen while commands and due timers flowed, every timer
-//! the broker acknowledged fires within [`HEAL_BOUND`] of the later of its dueAt and the heal
-//! (the restarted daemon ready, the SIGCONT): the commands the daemon held come back within an
-//! ack wait.
+//! Invariants (i), prompt after a heal, and (k), firing again after a broker path heals
+//! (docs/CONTRACT.md §1): after the daemon was killed in the middle of a burst of commands, or
+//! frozen while commands and due timers flowed, every timer the broker acknowledged fires within
+//! [`HEAL_BOUND`] of the later of its dueAt and the heal (the restarted daemon ready, the
+//! SIGCONT): the commands the daemon held come back within an ack wait. After its path to the
+//! broker went silent (both ways or one way) or distant, with no reset, the same within
+//! [`PATH_HEAL_BOUND`] of a path being there again: the daemon noticed the dead connection
+//! while it lasted (its link timeout, 6 s) and reconnects.
 //!
 //! Which timers, for each such fault: every acknowledged ScheduleTimer that is its key's last
 //! operation (none after it, whatever came of it), whose PubAck came before the heal, and that
@@ -12,27 +15,48 @@
 //! one acknowledged while unprocessed commands went with a deleted command stream (it counts
 //! as never acknowledged, as in (a)).
 //!
-//! The margin is thin by design: a command delivered just before the kill comes back an ack
-//! wait (5 s) after it, so a timer of it due by the heal has only the restart's 0.5 s and the
-//! start-up left to be stored and fired. On a machine starved by other work that has been
+//! The margin of (i) is thin by design: a command delivered just before the kill comes back an
+//! ack wait (4 s) after it, so a timer of it due by the heal has only the restart's 0.5 s and
+//! the start-up left to be stored and fired. On a machine starved by other work that has been
 //! missed, by 38 ms once (a load average of 8.8 on two cores).
 
 use std::collections::BTreeMap;
 
 use chrono::Duration;
 
-use super::super::history::{Instant, Key, Op, Outcome, Run};
+use super::super::history::{HealRule, Instant, Key, Op, Outcome, Run};
 use super::{Invariant, Verdict};
 
 /// How soon after the later of its dueAt and the heal an acknowledged timer fires: the command
 /// consumer's ack wait brings held commands back within 4 s of the kill or the freeze.
 pub const HEAL_BOUND: Duration = Duration::seconds(5);
+/// How soon after a path to the broker is there again an acknowledged timer fires: the attempt
+/// to connect that the silence held up gives up within `connect_timeout` (3 s), the next
+/// connects, and the Poller's backoff is at most 2 s.
+pub const PATH_HEAL_BOUND: Duration = Duration::seconds(10);
 
-/// What (i) found after one fault.
-#[derive(Clone, Debug, Default)]
+impl HealRule {
+    pub fn invariant(self) -> Invariant {
+        match self {
+            Self::HeldCommands => Invariant::PromptAfterHeal,
+            Self::BrokerPath => Invariant::PathHeal,
+        }
+    }
+
+    pub fn bound(self) -> Duration {
+        match self {
+            Self::HeldCommands => HEAL_BOUND,
+            Self::BrokerPath => PATH_HEAL_BOUND,
+        }
+    }
+}
+
+/// What (i) or (k) found after one fault.
+#[derive(Clone, Debug)]
 pub struct AfterHeal {
     /// The fault's index in `Run::faults`.
     pub fault: usize,
+    pub rule: HealRule,
     /// Timers judged that fired: from the later of dueAt and the heal to the first firing (zero
     /// when it fired before that), sorted.
     pub late: Vec<Duration>,
@@ -47,9 +71,10 @@ pub struct AfterHeal {
 }
 
 impl AfterHeal {
-    /// How many fired later than [`HEAL_BOUND`].
+    /// How many fired later than the rule's bound.
     pub fn over(&self) -> usize {
-        self.late.iter().filter(|l| **l > HEAL_BOUND).count()
+        let bound = self.rule.bound();
+        self.late.iter().filter(|l| **l > bound).count()
     }
 
     /// The `q`-quantile (0..=1) of the lateness of the judged timers.
@@ -67,9 +92,9 @@ pub(super) fn check_after_heal(run: &Run, verdict: &mut Verdict) {
         last.insert(&op.key, op);
     }
     for (index, fault) in run.faults.iter().enumerate() {
-        if !fault.prompt_after_heal || fault.skipped.is_some() {
+        let Some(rule) = fault.heal_rule.filter(|_| fault.skipped.is_none()) else {
             continue;
-        }
+        };
         let heal = fault.healed;
         let next = run
             .faults
@@ -79,7 +104,12 @@ pub(super) fn check_after_heal(run: &Run, verdict: &mut Verdict) {
             .unwrap_or(Instant::MAX_UTC);
         let mut found = AfterHeal {
             fault: index,
-            ..AfterHeal::default()
+            rule,
+            late: Vec::new(),
+            latest: None,
+            after_next_fault: 0,
+            never_fired: 0,
+            destroyed: 0,
         };
         let mut worst = Duration::MIN;
         for op in last.values() {
@@ -100,7 +130,7 @@ pub(super) fn check_after_heal(run: &Run, verdict: &mut Verdict) {
                 continue;
             };
             let from = due.max(heal);
-            let deadline = from + HEAL_BOUND;
+            let deadline = from + rule.bound();
             if at > deadline && deadline > next {
                 found.after_next_fault += 1;
                 continue;
@@ -113,7 +143,7 @@ pub(super) fn check_after_heal(run: &Run, verdict: &mut Verdict) {
             }
             if at > deadline {
                 verdict.violate(
-                    Invariant::PromptAfterHeal,
+                    rule.invariant(),
                     heal,
                     Some(&op.key),
                     format!(
@@ -139,7 +169,7 @@ mod tests {
     use super::*;
 
     /// A daemon killed at 0 and started again at 500 ms; its probe fired at 1.5 s.
-    fn killed(prompt_after_heal: bool) -> FaultRecord {
+    fn killed(heal_rule: Option<HealRule>) -> FaultRecord {
         FaultRecord {
             name: "daemon SIGKILL mid-burst".into(),
             started: t(0),
@@ -148,7 +178,8 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: true,
-            prompt_after_heal,
+            lingers_until: None,
+            heal_rule,
         }
     }
 
@@ -181,7 +212,7 @@ mod tests {
             ("k2", 2_900, -100, Some(30_100)),
             ("k3", 3_000, 0, Some(30_300)),
         ];
-        let verdict = check(&history(&timers, killed(true)));
+        let verdict = check(&history(&timers, killed(Some(HealRule::HeldCommands))));
         assert_eq!(broken(&verdict), [Invariant::PromptAfterHeal]);
         assert_eq!(verdict.violations.len(), 2);
         let found = &verdict.after_heal[0];
@@ -190,7 +221,7 @@ mod tests {
         assert_eq!(found.latest, Some(key("k3")));
         assert_eq!(found.quantile(1.0), Duration::milliseconds(27_300));
         // The same history after a fault (i) does not judge.
-        let verdict = check(&history(&timers, killed(false)));
+        let verdict = check(&history(&timers, killed(None)));
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
         assert!(verdict.after_heal.is_empty());
     }
@@ -202,15 +233,38 @@ mod tests {
             ("k1", 200, -300, Some(5_400)),
             ("k2", 4_000, 100, Some(8_900)),
         ];
-        let verdict = check(&history(&within, killed(true)));
+        let verdict = check(&history(&within, killed(Some(HealRule::HeldCommands))));
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
         let past = [
             ("k1", 200, -300, Some(5_600)),
             ("k2", 4_000, 100, Some(9_100)),
         ];
-        let verdict = check(&history(&past, killed(true)));
+        let verdict = check(&history(&past, killed(Some(HealRule::HeldCommands))));
         assert_eq!(broken(&verdict), [Invariant::PromptAfterHeal]);
         assert_eq!(verdict.violations.len(), 2);
+    }
+
+    #[test]
+    fn after_a_broker_path_heals_k_allows_10_s_and_no_more() {
+        // Due during the silence, acknowledged by the broker meanwhile; the path back at 500 ms.
+        let silent = || FaultRecord {
+            name: "broker path silent 10s".into(),
+            ..killed(Some(HealRule::BrokerPath))
+        };
+        let within = [
+            ("k1", 200, -300, Some(10_400)),
+            ("k2", 4_000, 100, Some(13_900)),
+        ];
+        let verdict = check(&history(&within, silent()));
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        assert_eq!(verdict.after_heal[0].rule, HealRule::BrokerPath);
+        let past = [("k1", 200, -300, Some(10_600))];
+        let verdict = check(&history(&past, silent()));
+        assert_eq!(broken(&verdict), [Invariant::PathHeal]);
+        assert_eq!(verdict.after_heal[0].over(), 1);
+        // The same lateness after a kill breaks (i), whose bound is 5 s.
+        let verdict = check(&history(&within, killed(Some(HealRule::HeldCommands))));
+        assert_eq!(broken(&verdict), [Invariant::PromptAfterHeal]);
     }
 
     #[test]
@@ -225,7 +279,7 @@ mod tests {
                 ("in-a-deleted-stream", 2_000, 300, None),
                 ("rescheduled", 2_000, 100, Some(30_000)),
             ],
-            killed(true),
+            killed(Some(HealRule::HeldCommands)),
         );
         // The key's last operation is a later schedule, acknowledged after the heal.
         run.ops.push(schedule("rescheduled", 50_000, 1_000));
@@ -237,7 +291,7 @@ mod tests {
             name: "daemon SIGTERM".into(),
             started: t(12_000),
             healed: t(13_000),
-            ..killed(false)
+            ..killed(None)
         });
         run.destroyed.push(super::super::super::history::Window {
             from: t(250),

@@ -11,10 +11,20 @@ use super::firings::{Message, parse_due, preview};
 use super::{Invariant, Verdict};
 
 pub(super) fn check_isolation(run: &Run, messages: &[Message], verdict: &mut Verdict) {
+    let flooded: Vec<(Key, Instant)> = run
+        .quota_floods
+        .iter()
+        .flat_map(|f| {
+            f.sent
+                .iter()
+                .map(|(id, _)| (Key::new(&f.tenant, id), f.due_at))
+        })
+        .collect();
     let scheduled: BTreeSet<(&Key, Instant)> = run
         .ops
         .iter()
         .filter_map(|op| op.due_at().map(|due| (&op.key, due)))
+        .chain(flooded.iter().map(|(key, due)| (key, *due)))
         .collect();
     let hostile: BTreeSet<&Key> = run.hostile.iter().map(|h| &h.key).collect();
     for message in messages {
@@ -37,9 +47,12 @@ pub(super) fn check_isolation(run: &Run, messages: &[Message], verdict: &mut Ver
             let envelope: Value = serde_json::from_slice(&message.payload).unwrap_or_default();
             if envelope["type"] != "TimerCommandRejected" {
                 Some(format!("not a rejection: {}", preview(&message.payload)))
-            } else if !run.hostile_tenants.contains(tenant) {
+            } else if !run.hostile_tenants.contains(tenant)
+                && !run.quota_floods.iter().any(|f| f.tenant == tenant)
+            {
                 Some(format!(
-                    "a rejection for tenant {tenant}, which sent no invalid command: {}",
+                    "a rejection for tenant {tenant}, which sent no invalid command and no \
+                     command past its quota: {}",
                     preview(&message.payload)
                 ))
             } else {

@@ -95,7 +95,8 @@ pub fn disturbed_windows(run: &Run, refire: &[Option<Duration>]) -> Vec<Window> 
         .map(|(fault, refire)| Window {
             from: fault.started,
             to: refire.map_or(end, |took| {
-                fault.healed + took.max(held_back) + DISTURBED_GRACE
+                let healed = fault.healed + took.max(held_back);
+                healed.max(fault.lingers_until.unwrap_or(healed)) + DISTURBED_GRACE
             }),
         })
         .collect()
@@ -146,7 +147,8 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: true,
-            prompt_after_heal: false,
+            lingers_until: None,
+            heal_rule: None,
         });
         let verdict = check(&held_up);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
@@ -178,7 +180,8 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: true,
-            prompt_after_heal: false,
+            lingers_until: None,
+            heal_rule: None,
         });
         // The fault's window ends 2 s after the commands it held are back (an ack wait, 4 s,
         // after the heal at 0.5 s): the cancel came later.
@@ -212,7 +215,8 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: true,
-            prompt_after_heal: false,
+            lingers_until: None,
+            heal_rule: None,
         });
         // The cancel was delivered to the daemon killed at 0 and came back an ack wait later,
         // after the timer fired at 5 s.
@@ -231,7 +235,8 @@ mod tests {
             skipped: None,
             notes: vec![],
             disturbs: true,
-            prompt_after_heal: false,
+            lingers_until: None,
+            heal_rule: None,
         };
         let mut wedged = run(vec![schedule("probe-1", 2_000, 1_010)], vec![], vec![]);
         wedged.faults.push(fault(1_000));
@@ -248,5 +253,29 @@ mod tests {
         let verdict = check(&live);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
         assert_eq!(verdict.refire, [Some(Duration::milliseconds(1_003))]);
+    }
+
+    #[test]
+    fn a_dead_connection_the_broker_keeps_disturbs_until_it_is_dropped() {
+        let silent = |lingers_until| FaultRecord {
+            name: "broker path silent 10s".into(),
+            started: t(0),
+            healed: t(10_000),
+            probes: vec![],
+            skipped: None,
+            notes: vec![],
+            disturbs: true,
+            lingers_until,
+            heal_rule: None,
+        };
+        let mut history = run(vec![], vec![], vec![]);
+        history.faults.push(silent(None));
+        let refire = [Some(Duration::seconds(2))];
+        // Healed at 10 s, the ack wait (4 s) past it, and the grace.
+        let window = disturbed_windows(&history, &refire)[0];
+        assert_eq!(window.to, t(16_000));
+        history.faults[0] = silent(Some(t(20_000)));
+        let window = disturbed_windows(&history, &refire)[0];
+        assert_eq!(window.to, t(22_000));
     }
 }

@@ -2,7 +2,8 @@
 //! invariants (docs/CONTRACT.md §1, §3, §5, §6). Nothing here does I/O, so each rule is shown on
 //! small hand-made histories in the tests beside it. One file per concern: `firings` (what fired,
 //! and (b)), `keys` ((a), (c), (d)), `hostile` ((e), (g)), `liveness` ((f), and the periods a
-//! fault disturbs), `fairness` beside the checker ((h)), `after_heal` ((i)).
+//! fault disturbs), `fairness` beside the checker ((h)), `after_heal` ((i), (k)), `leftovers` ((j)),
+//! `refusals` ((l)).
 //!
 //! The invariants:
 //! - (a) every acknowledged ScheduleTimer that is its key's last command fires: an event for
@@ -33,7 +34,14 @@
 //! - (i) prompt after a heal: after the daemon was killed in the middle of a burst of commands
 //!   or frozen under load, every timer acknowledged before the heal (its key's last operation)
 //!   fires within 5 s of the later of its dueAt and the heal (in `after_heal`, which says
-//!   exactly which timers it judges).
+//!   exactly which timers it judges);
+//! - (k) firing again after a broker path heals: after the path between daemon and broker went
+//!   silent (both ways, or daemon to broker only) or distant with no reset, every timer
+//!   acknowledged before a path was there again fires within 10 s of the later of its dueAt
+//!   and the heal (in `after_heal`, as (i));
+//! - (l) a refusal is final: of the schedules sent past a tenant's quota while the daemon was
+//!   frozen again and again, no key is both rejected for the quota and stored, and each one
+//!   acknowledged is one of the two (in `refusals`).
 //!
 //! Duplicates (one firing stored more than once) are allowed and counted.
 
@@ -43,6 +51,7 @@ mod hostile;
 mod keys;
 mod leftovers;
 mod liveness;
+mod refusals;
 
 use std::collections::BTreeMap;
 
@@ -51,9 +60,10 @@ use chrono::Duration;
 use super::fairness::check_fairness;
 use super::history::{Instant, Key, Run};
 
-pub use after_heal::{AfterHeal, HEAL_BOUND};
+pub use after_heal::AfterHeal;
 pub use firings::{clock_ahead, parse_due, preview};
 pub use liveness::{LIVENESS_BOUND, disturbed_windows};
+pub use refusals::FloodVerdict;
 
 /// A firing this soon after a command's PubAck may have won the race against it.
 pub const RACE_SLACK: Duration = Duration::milliseconds(1500);
@@ -74,10 +84,12 @@ pub enum Invariant {
     Fairness,
     PromptAfterHeal,
     Consumed,
+    PathHeal,
+    RefusalFinal,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 10] = [
+    pub const ALL: [Invariant; 12] = [
         Self::Fires,
         Self::NotEarly,
         Self::CancelHolds,
@@ -88,6 +100,8 @@ impl Invariant {
         Self::Fairness,
         Self::PromptAfterHeal,
         Self::Consumed,
+        Self::PathHeal,
+        Self::RefusalFinal,
     ];
 
     pub fn letter(self) -> &'static str {
@@ -102,6 +116,8 @@ impl Invariant {
             Self::Fairness => "h",
             Self::PromptAfterHeal => "i",
             Self::Consumed => "j",
+            Self::PathHeal => "k",
+            Self::RefusalFinal => "l",
         }
     }
 
@@ -123,6 +139,14 @@ impl Invariant {
             }
             Self::Consumed => {
                 "once the workload ends and faults heal, the command stream holds nothing"
+            }
+            Self::PathHeal => {
+                "after a silent or distant broker path heals, every timer acknowledged before \
+                 fires within 10 s of the later of its dueAt and the heal"
+            }
+            Self::RefusalFinal => {
+                "a command refused for its quota is never stored from a later copy, nor a stored \
+                 one refused; each acknowledged one is one or the other"
             }
         }
     }
@@ -159,8 +183,11 @@ pub struct Verdict {
     pub refire: Vec<Option<Duration>>,
     /// Commands that lost a race against a firing the contract allows.
     pub lost_races: usize,
-    /// Per fault (i) judges, in order: the lateness of the timers acknowledged before its heal.
+    /// Per fault (i) or (k) judges, in order: the lateness of the timers acknowledged before its
+    /// heal.
     pub after_heal: Vec<AfterHeal>,
+    /// Per flood past a quota, in order: what (l) found.
+    pub quota_floods: Vec<FloodVerdict>,
 }
 
 impl Verdict {
@@ -195,6 +222,7 @@ pub fn check(run: &Run) -> Verdict {
     check_fairness(run, &disturbed, &mut verdict);
     after_heal::check_after_heal(run, &mut verdict);
     leftovers::check_leftovers(run, &mut verdict);
+    refusals::check_refusals(run, &messages, &mut verdict);
     verdict.violations.sort_by_key(|v| v.at);
     verdict
 }

@@ -2,24 +2,33 @@
 //! seconds, heals it, and then schedules a probe timer per tenant (due a second later) to see
 //! how long the service takes to fire again. Its parts: `world` (the processes and files under
 //! attack), `outages` (the broker, the command stream, the disk, the clock, the database
-//! server), `api_flood` (hostile requests), `canary` (a second process with another line
-//! count); one tenant's heavy reads are in `read_flood`.
+//! server), `paths` (the path to the broker silent or distant), `api_flood` (hostile requests),
+//! `canary` (a second process with another line count), `quota_freeze` (the daemon frozen while
+//! a quota refuses), `rollback` (to the previous release and forward again); one tenant's heavy
+//! reads are in `read_flood`.
 
 mod api_flood;
 mod canary;
 mod daemon;
 mod outages;
+mod paths;
+mod quota_freeze;
+mod rollback;
 mod world;
 
 use std::time::Duration;
 
 use chrono::Utc;
 
-use super::history::{ApiRequest, FaultRecord, HostileCommand, Instant, Key, ReadFlood, Window};
+use super::history::{
+    ApiRequest, FaultRecord, HealRule, HostileCommand, Instant, Key, Outcome, QuotaFlood,
+    ReadFlood, Window,
+};
 use super::observer::Observer;
 use super::workload::{Client, TENANTS};
 use crate::common::TestClient;
 
+pub use quota_freeze::QUOTA_SETTING;
 pub use world::{Faketime, World};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,10 +46,15 @@ pub enum Fault {
     DatabasePause,
     DatabaseRestart,
     OtherLinesCanary,
+    SilentPath,
+    OneWayPath,
+    DistantBroker,
+    QuotaFreeze,
+    Rollback,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 18] = [
         Self::BrokerKillMidFiring,
         Self::BrokerPause,
         Self::DaemonKill,
@@ -54,6 +68,12 @@ impl Fault {
         Self::DatabasePause,
         Self::DatabaseRestart,
         Self::OtherLinesCanary,
+        Self::SilentPath,
+        Self::OneWayPath,
+        Self::DistantBroker,
+        Self::QuotaFreeze,
+        // Last: on a new machine it waits for the previous release's build.
+        Self::Rollback,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,6 +91,11 @@ impl Fault {
             Self::DatabasePause => "database SIGSTOP 5s",
             Self::DatabaseRestart => "database stopped 6s, restarted",
             Self::OtherLinesCanary => "second process, other lines",
+            Self::SilentPath => "broker path silent 10s",
+            Self::OneWayPath => "daemon-to-broker path silent 8s",
+            Self::DistantBroker => "broker 200ms away 6s",
+            Self::QuotaFreeze => "daemon frozen while quotas refuse",
+            Self::Rollback => "rollback to the previous release",
         }
     }
 
@@ -80,13 +105,28 @@ impl Fault {
         self != Self::ReadFlood
     }
 
-    /// Whether invariant (i) judges it (see `FaultRecord::prompt_after_heal`): the faults in
-    /// which the daemon holds commands it has not acknowledged, killed in the middle of a burst
-    /// or frozen under load.
-    pub fn prompt_after_heal(self) -> bool {
-        matches!(self, Self::DaemonKill | Self::DaemonPause)
+    /// Whether the broker keeps a dead connection of the daemon's after it (a path gone silent),
+    /// handing it API requests until its own pings go unanswered.
+    pub fn broker_keeps_dead_connection(self) -> bool {
+        matches!(self, Self::SilentPath | Self::OneWayPath)
+    }
+
+    /// Which invariant judges the timers acknowledged before its heal (`FaultRecord::heal_rule`):
+    /// (i) where the daemon holds commands it has not acknowledged, killed in the middle of a
+    /// burst or frozen under load; (k) where its path to the broker goes silent or distant.
+    pub fn heal_rule(self) -> Option<HealRule> {
+        match self {
+            Self::DaemonKill | Self::DaemonPause => Some(HealRule::HeldCommands),
+            Self::SilentPath | Self::OneWayPath | Self::DistantBroker => Some(HealRule::BrokerPath),
+            _ => None,
+        }
     }
 }
+
+/// How soon after a path went silent the broker drops the dead connection: its pings 5 s
+/// apart, two unanswered (the run's broker configuration, as docs/deployment.md advises), and a
+/// ping's worth of slack.
+const BROKER_DROPS_DEAD_WITHIN: chrono::Duration = chrono::Duration::seconds(20);
 
 /// How long the broker stays frozen: longer than the daemon's 5 s JetStream timeout.
 const BROKER_PAUSE: Duration = Duration::from_secs(7);
@@ -101,6 +141,7 @@ pub struct Nemesis {
     pub api_requests: Vec<ApiRequest>,
     pub hostile: Vec<HostileCommand>,
     pub read_floods: Vec<ReadFlood>,
+    pub quota_floods: Vec<QuotaFlood>,
     /// How long to wait for probes at most; shortened once a probe did not fire, so a wedged
     /// service does not make every later fault wait the whole bound (the checker still judges
     /// the probes by when they fire, whenever that is).
@@ -125,6 +166,7 @@ impl Nemesis {
             api_requests: Vec::new(),
             hostile: Vec::new(),
             read_floods: Vec::new(),
+            quota_floods: Vec::new(),
             probe_wait: super::checker::LIVENESS_BOUND.to_std().expect("positive"),
             also_awaited: Vec::new(),
             healed_at: None,
@@ -181,10 +223,27 @@ impl Nemesis {
             Fault::DatabasePause => self.database_fault(fault, &mut notes).await,
             Fault::DatabaseRestart => self.database_fault(fault, &mut notes).await,
             Fault::OtherLinesCanary => self.canary_with_other_lines(&mut notes).await,
+            Fault::SilentPath | Fault::OneWayPath => {
+                self.silent_path(fault == Fault::OneWayPath, &mut notes)
+                    .await;
+                Ok(())
+            }
+            Fault::DistantBroker => {
+                self.distant_broker(&mut notes).await;
+                Ok(())
+            }
+            Fault::QuotaFreeze => self.freeze_while_quotas_refuse(&mut notes).await,
+            Fault::Rollback => self.rollback_and_forward(&mut notes).await,
         };
         let healed = self.healed_at.take().unwrap_or_else(Utc::now);
         let (probes, skipped) = match outcome {
-            Ok(()) => (self.probe().await, None),
+            Ok(()) => {
+                let probes = self.probe().await;
+                if let Some(rule) = fault.heal_rule() {
+                    self.await_held_timers(healed, rule).await;
+                }
+                (probes, None)
+            }
             Err(why) => {
                 eprintln!("fault '{}' skipped: {why}", fault.name());
                 (Vec::new(), Some(why))
@@ -199,7 +258,35 @@ impl Nemesis {
             skipped,
             notes,
             disturbs: fault.disturbs(),
-            prompt_after_heal: fault.prompt_after_heal(),
+            lingers_until: fault
+                .broker_keeps_dead_connection()
+                .then(|| started + BROKER_DROPS_DEAD_WITHIN),
+            heal_rule: fault.heal_rule(),
+        }
+    }
+
+    /// Waits until every timer the broker acknowledged before the heal (its key's last
+    /// operation) and due by then has fired, up to the rule's bound after the heal and a second
+    /// more: the next fault does not begin while one may still break (i) or (k), so that a timer
+    /// late past the bound is judged, not excused as held up by the next fault.
+    async fn await_held_timers(&self, healed: Instant, rule: HealRule) {
+        let mut last = std::collections::HashMap::new();
+        for op in self.client.recorder.ops() {
+            last.insert(op.key.clone(), op);
+        }
+        let held: Vec<(Key, Instant)> = last
+            .into_values()
+            .filter(|op| op.outcome == Outcome::Acked && op.completed <= healed)
+            .filter_map(|op| op.due_at().map(|due| (op.key, due)))
+            .filter(|(_, due)| *due <= healed)
+            .collect();
+        let until = healed + rule.bound() + chrono::Duration::seconds(1);
+        while Utc::now() < until
+            && held
+                .iter()
+                .any(|(key, due)| !self.observer.fired_due(key, *due))
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

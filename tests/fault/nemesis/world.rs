@@ -1,9 +1,11 @@
-//! The processes and files under attack: the broker, the daemon (with libfaketime for its
-//! clock), the scratch directory, the small disks, the PostgreSQL server of the run's own.
+//! The processes and files under attack: the broker, the path between it and the daemon (a
+//! proxy of the run's own), the daemon (with libfaketime for its clock), the scratch directory,
+//! the small disks, the PostgreSQL server of the run's own.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::common::net_proxy::NetProxy;
 use crate::common::{DaemonProcess, NatsServer, PostgresCluster, Scratch, SmallDisk};
 use timer_service::storage::db::DatabaseTarget;
 
@@ -61,6 +63,9 @@ impl Faketime {
 /// The processes and files under attack.
 pub struct World {
     pub server: NatsServer,
+    /// The daemon reaches the broker through it (`TIMER_BROKER_URL` in `env`), so that its path
+    /// can go silent with no reset; the run's clients reach the broker directly.
+    pub proxy: NetProxy,
     /// The tmpfs the broker keeps its streams on, when one could be mounted (held for its life).
     pub _broker_disk: Option<SmallDisk>,
     pub scratch: Scratch,
@@ -77,12 +82,36 @@ pub struct World {
 
 impl World {
     pub fn start_daemon(&mut self) {
+        let binary = std::path::Path::new(env!("CARGO_BIN_EXE_timer-service"));
+        self.start_binary(binary);
+    }
+
+    /// Starts another build of the daemon (an earlier release) in its place, set up alike.
+    pub fn start_binary(&mut self, binary: &std::path::Path) {
         let env: Vec<(&str, &str)> = self
             .env
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        self.daemon = Some(DaemonProcess::start_with(&self.server, &self.scratch, &env));
+        self.daemon = Some(DaemonProcess::start_binary(
+            binary,
+            &self.server,
+            &self.scratch,
+            &env,
+        ));
+    }
+
+    /// The environment of an operator's command (`lines set`, `migrate --to`) on this world:
+    /// the broker reached directly, the daemon's database.
+    pub fn operator_env(&self) -> Vec<(String, String)> {
+        let mut env = crate::common::operator::env_for(&self.server.url(), &self.scratch);
+        env.extend(
+            self.env
+                .iter()
+                .filter(|(k, _)| k == "TIMER_DB_PATH")
+                .cloned(),
+        );
+        env
     }
 
     pub fn database(&self) -> DatabaseTarget {
