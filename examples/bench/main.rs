@@ -4,10 +4,11 @@
 //! tenant's load beside another's (a burst, heavy reads), a `kill -9` in the middle of a burst
 //! of commands, one tenant's backlog of commands at start-up, backups of a live database, ingest
 //! and fire with data on each timer, ingest and fire with traced commands and spans exported,
-//! and the broker's native scheduler as the comparison point — in one run, each figure the median
-//! of several runs. With `--baseline`, the figures the targets compare with the previous version
-//! are measured for that build too, alternately with this one. Prints a Markdown report and writes it, with a
-//! lateness plot, to `--out`.
+//! a broker path gone silent and a distant broker, and the broker's native scheduler as the
+//! comparison point — in one run, each figure the median of several runs. With `--baseline`,
+//! the figures the targets compare with the previous version are measured for that build too,
+//! alternately with this one. Prints a Markdown report and writes it, with a lateness plot, to
+//! `--out`.
 //!
 //! ```text
 //! cargo run --release --example bench                                   # SQLite, a few minutes
@@ -25,6 +26,8 @@
 #[allow(dead_code)]
 #[path = "../../tests/common/nats_server.rs"]
 mod nats_server;
+#[path = "../../tests/common/net_proxy.rs"]
+mod net_proxy;
 #[allow(dead_code)]
 #[path = "../../tests/common/pki.rs"]
 mod pki;
@@ -60,7 +63,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
     "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
-    "tenants", "reads", "crash", "intake", "backup", "data", "spans",
+    "tenants", "reads", "crash", "intake", "backup", "data", "spans", "link",
 ];
 
 #[derive(Debug, Parser)]
@@ -116,7 +119,7 @@ pub struct Args {
     #[arg(long, default_value = "FULL")]
     pub synchronous: String,
     /// Only these sections (comma-separated: raw, sweep, lateness, costs, api, native, scale,
-    /// catch-up, postgres, tenants, reads, crash, intake, backup, data, spans).
+    /// catch-up, postgres, tenants, reads, crash, intake, backup, data, spans, link).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).

@@ -1,13 +1,16 @@
 //! The sections of one run (`--only` picks some), each measuring its figures into [`Figures`].
 //! A figure that a target compares with the previous version is measured for this build and,
 //! with `--baseline`, for the baseline build right after it, so that both see the same machine
-//! within minutes of each other. The recovery sections (`crash`, `intake`) are in `recovery`.
+//! within minutes of each other. The recovery sections (`crash`, `intake`) are in `recovery`,
+//! the broker link's (`link`, this build only) in `link`.
 
 mod backup;
 mod data;
+mod link;
 mod recovery;
 mod spans;
 
+pub use link::{DISTANT_LATENCY, DISTANT_RATE, DISTANT_SECS};
 pub use spans::VARIANTS as SPAN_VARIANTS;
 
 use std::path::{Path, PathBuf};
@@ -201,6 +204,9 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
     }
     if args.wants("spans") {
         spans::spans(ctx, f).await;
+    }
+    if args.wants("link") {
+        link::link(ctx, f).await;
     }
 }
 
