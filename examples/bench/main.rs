@@ -150,8 +150,16 @@ pub struct Args {
     /// neighbour, the steady loads (SQLite; PostgreSQL with 1–3 daemons), ingest and fire at the
     /// default batch and at `batch_size = 1000`, lateness beside the Janitor's backlog, the
     /// crash and the intake.
+    ///
+    /// A baseline's database is brought back to the schema it knows (`migrate --to` its newest
+    /// migration) before it starts: an earlier build refuses a database migrated past it.
     #[arg(long)]
     pub baseline: Option<PathBuf>,
+    /// Lines of the command stream the workloads make for the baseline: 1 for a version before
+    /// lines; the default configuration's 16 for one with lines (one that does not record them
+    /// on the stream reads a stream of 16 as made).
+    #[arg(long, default_value_t = 1)]
+    pub baseline_lines: u16,
     /// Where the report, the plot and cached databases go.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -248,7 +256,7 @@ async fn main() {
             cache: &cache,
             sqlite: sqlite.clone(),
             postgres: postgres.clone(),
-            builds: Build::all(args.baseline.as_ref()),
+            builds: Build::all(args.baseline.as_ref(), args.baseline_lines),
             bases: &bases,
         };
         sections::run(&ctx, &mut f).await;

@@ -30,18 +30,23 @@ pub struct Build {
     pub label: &'static str,
     /// The daemon's binary; `None`: this build's.
     binary: Option<PathBuf>,
+    /// The lines of the command stream made for it; `None`: this build's default.
+    lines: Option<u16>,
 }
 
 impl Build {
-    /// This build, then the baseline when there is one.
-    pub fn all(baseline: Option<&PathBuf>) -> Vec<Build> {
+    /// This build, then the baseline when there is one, reading a command stream of
+    /// `baseline_lines` lines.
+    pub fn all(baseline: Option<&PathBuf>, baseline_lines: u16) -> Vec<Build> {
         std::iter::once(Build {
             label: "new",
             binary: None,
+            lines: None,
         })
         .chain(baseline.map(|bin| Build {
             label: "old",
             binary: Some(bin.clone()),
+            lines: Some(baseline_lines),
         }))
         .collect()
     }
@@ -64,6 +69,7 @@ impl Build {
     fn runs(&self, mut daemons: Vec<Settings>) -> Vec<Settings> {
         for daemon in &mut daemons {
             daemon.binary = self.binary.clone();
+            daemon.lines = self.lines;
         }
         daemons
     }
@@ -104,6 +110,7 @@ impl Ctx<'_> {
             http_port: http.then(crate::nats_server::free_port),
             keep_finished: "7d".into(),
             binary: None,
+            lines: None,
             env: Vec::new(),
         }
     }
