@@ -41,6 +41,7 @@ mod daemon;
 mod plot;
 mod raw;
 mod report;
+mod schema;
 mod sections;
 mod stats;
 mod workloads;

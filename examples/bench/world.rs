@@ -266,8 +266,8 @@ impl World {
         if done.as_deref() == Some(build) {
             return;
         }
-        if let Some(keep) = crate::daemon::newest_migration(build) {
-            crate::daemon::migrate_down_to(&self.database, &keep);
+        if let Some(keep) = crate::schema::newest_migration(build) {
+            crate::schema::migrate_down_to(&self.database, &keep);
         }
         *done = Some(build.to_owned());
     }
