@@ -45,18 +45,22 @@ pub struct Settings {
     pub keep_finished: String,
     /// Another build of the daemon (`--baseline`); `None`: this one's.
     pub binary: Option<PathBuf>,
+    /// The lines of the command stream the workload makes for it (`--baseline-lines`); `None`:
+    /// this build's default.
+    pub lines: Option<u16>,
     /// More environment variables (`OTEL_EXPORTER_OTLP_ENDPOINT`…).
     pub env: Vec<(String, String)>,
 }
 
 impl Settings {
-    /// The broker objects as this build makes them: the previous version's command stream had
-    /// no lines (a stream made with them would hand it subjects it cannot read).
+    /// The broker objects as the daemon's build reads them: a version before lines reads a
+    /// command stream without them (a stream made with them would hand it subjects it cannot
+    /// read), so a baseline's stream has the lines `--baseline-lines` says.
     pub fn broker_names(&self) -> timer_service::nats::streams::BrokerNames {
         let names = timer_service::nats::streams::BrokerNames::default();
-        match self.binary {
-            Some(_) => timer_service::nats::streams::BrokerNames {
-                command_partitions: 1,
+        match self.lines {
+            Some(lines) => timer_service::nats::streams::BrokerNames {
+                command_partitions: lines,
                 ..names
             },
             None => names,

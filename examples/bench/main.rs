@@ -4,10 +4,11 @@
 //! tenant's load beside another's (a burst, heavy reads), a `kill -9` in the middle of a burst
 //! of commands, one tenant's backlog of commands at start-up, backups of a live database, ingest
 //! and fire with data on each timer, ingest and fire with traced commands and spans exported,
-//! and the broker's native scheduler as the comparison point — in one run, each figure the median
-//! of several runs. With `--baseline`, the figures the targets compare with the previous version
-//! are measured for that build too, alternately with this one. Prints a Markdown report and writes it, with a
-//! lateness plot, to `--out`.
+//! a broker path gone silent and a distant broker, and the broker's native scheduler as the
+//! comparison point — in one run, each figure the median of several runs. With `--baseline`,
+//! the figures the targets compare with the previous version are measured for that build too,
+//! alternately with this one. Prints a Markdown report and writes it, with a lateness plot, to
+//! `--out`.
 //!
 //! ```text
 //! cargo run --release --example bench                                   # SQLite, a few minutes
@@ -25,6 +26,8 @@
 #[allow(dead_code)]
 #[path = "../../tests/common/nats_server.rs"]
 mod nats_server;
+#[path = "../../tests/common/net_proxy.rs"]
+mod net_proxy;
 #[allow(dead_code)]
 #[path = "../../tests/common/pki.rs"]
 mod pki;
@@ -38,6 +41,7 @@ mod daemon;
 mod plot;
 mod raw;
 mod report;
+mod schema;
 mod sections;
 mod stats;
 mod workloads;
@@ -60,7 +64,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
     "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
-    "tenants", "reads", "crash", "intake", "backup", "data", "spans",
+    "tenants", "reads", "crash", "intake", "backup", "data", "spans", "link",
 ];
 
 #[derive(Debug, Parser)]
@@ -116,7 +120,7 @@ pub struct Args {
     #[arg(long, default_value = "FULL")]
     pub synchronous: String,
     /// Only these sections (comma-separated: raw, sweep, lateness, costs, api, native, scale,
-    /// catch-up, postgres, tenants, reads, crash, intake, backup, data, spans).
+    /// catch-up, postgres, tenants, reads, crash, intake, backup, data, spans, link).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).
@@ -147,8 +151,16 @@ pub struct Args {
     /// neighbour, the steady loads (SQLite; PostgreSQL with 1–3 daemons), ingest and fire at the
     /// default batch and at `batch_size = 1000`, lateness beside the Janitor's backlog, the
     /// crash and the intake.
+    ///
+    /// A baseline's database is brought back to the schema it knows (`migrate --to` its newest
+    /// migration) before it starts: an earlier build refuses a database migrated past it.
     #[arg(long)]
     pub baseline: Option<PathBuf>,
+    /// Lines of the command stream the workloads make for the baseline: 1 for a version before
+    /// lines; the default configuration's 16 for one with lines (one that does not record them
+    /// on the stream reads a stream of 16 as made).
+    #[arg(long, default_value_t = 1)]
+    pub baseline_lines: u16,
     /// Where the report, the plot and cached databases go.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -245,7 +257,7 @@ async fn main() {
             cache: &cache,
             sqlite: sqlite.clone(),
             postgres: postgres.clone(),
-            builds: Build::all(args.baseline.as_ref()),
+            builds: Build::all(args.baseline.as_ref(), args.baseline_lines),
             bases: &bases,
         };
         sections::run(&ctx, &mut f).await;

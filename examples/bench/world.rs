@@ -193,6 +193,8 @@ pub struct World {
     backend: Backend,
     /// A PostgreSQL database of this world's own, dropped with it.
     postgres: Option<String>,
+    /// The other build whose schema the database was brought to.
+    schema_of: std::sync::Mutex<Option<PathBuf>>,
 }
 
 impl World {
@@ -237,6 +239,7 @@ impl World {
             database,
             backend: backend.clone(),
             postgres,
+            schema_of: std::sync::Mutex::new(None),
         }
     }
 
@@ -245,12 +248,28 @@ impl World {
     }
 
     pub fn daemon(&self, settings: &Settings) -> Daemon {
+        if let Some(build) = &settings.binary {
+            self.schema_for(build);
+        }
         Daemon::start(
             &self.server.url(),
             &self.database,
             settings,
             &self.dir.join(format!("{}.log", settings.name)),
         )
+    }
+
+    /// The database brought to the schema of `build` (another build's binary) before its first
+    /// daemon starts, once.
+    fn schema_for(&self, build: &Path) {
+        let mut done = self.schema_of.lock().unwrap_or_else(|e| e.into_inner());
+        if done.as_deref() == Some(build) {
+            return;
+        }
+        if let Some(keep) = crate::schema::newest_migration(build) {
+            crate::schema::migrate_down_to(&self.database, &keep);
+        }
+        *done = Some(build.to_owned());
     }
 
     pub async fn observer(&self) -> Observer {

@@ -18,6 +18,9 @@ enum Figure {
     Ratio(Box<Figure>, Box<Figure>),
     /// One figure less another, in each run.
     Less(Box<Figure>, Box<Figure>),
+    /// The daemons' CPU per item of a throughput figure, µs (cores ÷ rate): what the work
+    /// costs the daemon, whatever the disk and the machine's other work made it wait.
+    CpuPer(String),
 }
 
 fn rate(key: impl Into<String>) -> Figure {
@@ -54,6 +57,19 @@ impl Figure {
                 .get(&format!("{prefix}{key}"))
                 .map(|runs| runs.iter().map(pick).collect())
                 .unwrap_or_default(),
+            Figure::CpuPer(key) => {
+                let key = format!("{prefix}{key}");
+                let (Some(cpu), Some(rates)) = (f.cpu.get(&key), f.rates.get(&key)) else {
+                    return Vec::new();
+                };
+                cpu.iter()
+                    .zip(rates)
+                    .map(|(run, rate)| {
+                        let cores = run.iter().find(|(n, _)| n == "daemon").map(|(_, c)| *c);
+                        cores.map_or(f64::NAN, |cores| cores / rate * 1e6)
+                    })
+                    .collect()
+            }
             Figure::Ratio(a, b) => pair(a, b, |a, b| a / b),
             Figure::Less(a, b) => pair(a, b, |a, b| a - b),
         }
@@ -126,6 +142,11 @@ fn rows(args: &Args) -> Vec<(String, Figure, usize)> {
             0,
         ));
         rows.push((
+            format!("{work}, SQLite, batch {DEFAULT_BATCH}: daemon CPU per item (µs)"),
+            Figure::CpuPer(default.clone()),
+            1,
+        ));
+        rows.push((
             format!("{work}, SQLite, batch {TUNED_BATCH} (/s)"),
             rate(&tuned),
             0,
@@ -189,15 +210,10 @@ fn rows(args: &Args) -> Vec<(String, Figure, usize)> {
     rows
 }
 
-/// The median of `new[i] ÷ old[i]` over the runs that have both.
+/// The median of `new[i] ÷ old[i]` over the runs that have both, with their range.
 fn ratio(new: &[f64], old: &[f64]) -> String {
     let each: Vec<f64> = new.iter().zip(old).map(|(n, o)| n / o).collect();
-    let median = Spread::of(&each).median;
-    if median.is_finite() {
-        format!("{median:.2}")
-    } else {
-        "n/a".into()
-    }
+    Spread::of(&each).show(2)
 }
 
 pub(super) fn beside(r: &mut String, args: &Args, f: &Figures) {
@@ -214,7 +230,7 @@ pub(super) fn beside(r: &mut String, args: &Args, f: &Figures) {
         r,
         "Each figure a target compares with the previous version: this build (`new`) and the \
          `--baseline` build (`old`), measured one after the other for each figure within every \
-         run. The last column is the median of each run's ratio.\n"
+         run. The last column is the median of each run's ratio (their range).\n"
     );
     let _ = writeln!(
         r,

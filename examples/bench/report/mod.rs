@@ -2,12 +2,13 @@
 //! targets each is measured against, and where the CPU went. `postgres` writes the PostgreSQL
 //! figures, `tenants` one tenant's load beside another's, `recovery` a crash mid-burst and a
 //! backlog at start-up, `backup` backups of a live file, `data` ingest and fire with data,
-//! `baseline` each compared figure beside
+//! `link` a silent and a distant broker path, `baseline` each compared figure beside
 //! the `--baseline` build's.
 
 mod backup;
 mod baseline;
 mod data;
+mod link;
 mod postgres;
 mod recovery;
 mod spans;
@@ -480,6 +481,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
     backup::backup(&mut r, args, f);
     data::data(&mut r, args, f);
     spans::spans(&mut r, args, f);
+    link::link(&mut r, f);
     baseline::beside(&mut r, args, f);
 
     if let Some(metrics) = &f.metrics_sample {

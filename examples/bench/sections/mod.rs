@@ -1,13 +1,16 @@
 //! The sections of one run (`--only` picks some), each measuring its figures into [`Figures`].
 //! A figure that a target compares with the previous version is measured for this build and,
 //! with `--baseline`, for the baseline build right after it, so that both see the same machine
-//! within minutes of each other. The recovery sections (`crash`, `intake`) are in `recovery`.
+//! within minutes of each other. The recovery sections (`crash`, `intake`) are in `recovery`,
+//! the broker link's (`link`, this build only) in `link`.
 
 mod backup;
 mod data;
+mod link;
 mod recovery;
 mod spans;
 
+pub use link::{DISTANT_LATENCY, DISTANT_RATE, DISTANT_SECS};
 pub use spans::VARIANTS as SPAN_VARIANTS;
 
 use std::path::{Path, PathBuf};
@@ -27,18 +30,23 @@ pub struct Build {
     pub label: &'static str,
     /// The daemon's binary; `None`: this build's.
     binary: Option<PathBuf>,
+    /// The lines of the command stream made for it; `None`: this build's default.
+    lines: Option<u16>,
 }
 
 impl Build {
-    /// This build, then the baseline when there is one.
-    pub fn all(baseline: Option<&PathBuf>) -> Vec<Build> {
+    /// This build, then the baseline when there is one, reading a command stream of
+    /// `baseline_lines` lines.
+    pub fn all(baseline: Option<&PathBuf>, baseline_lines: u16) -> Vec<Build> {
         std::iter::once(Build {
             label: "new",
             binary: None,
+            lines: None,
         })
         .chain(baseline.map(|bin| Build {
             label: "old",
             binary: Some(bin.clone()),
+            lines: Some(baseline_lines),
         }))
         .collect()
     }
@@ -61,6 +69,7 @@ impl Build {
     fn runs(&self, mut daemons: Vec<Settings>) -> Vec<Settings> {
         for daemon in &mut daemons {
             daemon.binary = self.binary.clone();
+            daemon.lines = self.lines;
         }
         daemons
     }
@@ -101,6 +110,7 @@ impl Ctx<'_> {
             http_port: http.then(crate::nats_server::free_port),
             keep_finished: "7d".into(),
             binary: None,
+            lines: None,
             env: Vec::new(),
         }
     }
@@ -201,6 +211,9 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
     }
     if args.wants("spans") {
         spans::spans(ctx, f).await;
+    }
+    if args.wants("link") {
+        link::link(ctx, f).await;
     }
 }
 

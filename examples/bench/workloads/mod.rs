@@ -10,7 +10,9 @@
 //! - `tenants`: one tenant's load beside another's timers (a burst due at once, heavy reads);
 //! - `recovery`: a `kill -9` in the middle of a burst of commands, and one tenant's backlog of
 //!   commands in front of another's at start-up;
-//! - `backup`: backups of a live SQLite file, and what they cost the daemon's writer.
+//! - `backup`: backups of a live SQLite file, and what they cost the daemon's writer;
+//! - `link`: the broker reached through a proxy whose path goes silent and heals, or moves
+//!   away.
 //!
 //! This module holds what they share: starting and stopping the daemons, publishing a steady
 //! stream of timers, and collecting the lateness of their events.
@@ -18,6 +20,7 @@
 mod api;
 mod backlog;
 mod backup;
+mod link;
 mod recovery;
 mod steady;
 mod tenants;
@@ -25,6 +28,7 @@ mod tenants;
 pub use api::api_throughput;
 pub use backlog::{Failure, catch_up, failover, fire, fire_with, ingest, ingest_with};
 pub use backup::{backups_under_load, writer_beside_backups};
+pub use link::{SILENCE, Silence, distant, silent_path};
 pub use recovery::{BULK_N, CRASH_N, CRASH_RATE, crash, intake};
 pub use steady::{LatenessRun, Load, lateness, native_lateness, retention_under_load};
 pub use tenants::{ReadsShape, noisy, reads};
