@@ -251,13 +251,19 @@ async fn main() {
 
     for run in 1..=args.runs {
         eprintln!("== run {run}/{}", args.runs);
+        // Whichever build a run measures first is measured slower (one binary against itself:
+        // ingest 0.89, daemon CPU per command 1.12; BENCHMARKS.md), so the runs take turns.
+        let mut builds = Build::all(args.baseline.as_ref(), args.baseline_lines);
+        if run % 2 == 0 {
+            builds.reverse();
+        }
         let ctx = Ctx {
             args: &args,
             dir: work.path().join(format!("run-{run}")),
             cache: &cache,
             sqlite: sqlite.clone(),
             postgres: postgres.clone(),
-            builds: Build::all(args.baseline.as_ref(), args.baseline_lines),
+            builds,
             bases: &bases,
         };
         sections::run(&ctx, &mut f).await;
