@@ -248,7 +248,7 @@ mod tests {
     fn after_a_broker_path_heals_k_allows_10_s_and_no_more() {
         // Due during the silence, acknowledged by the broker meanwhile; the path back at 500 ms.
         let silent = || FaultRecord {
-            name: "broker path silent 10s".into(),
+            name: "broker path silent 8s".into(),
             ..killed(Some(HealRule::BrokerPath))
         };
         let within = [

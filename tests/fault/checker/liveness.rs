@@ -258,7 +258,7 @@ mod tests {
     #[test]
     fn a_dead_connection_the_broker_keeps_disturbs_until_it_is_dropped() {
         let silent = |lingers_until| FaultRecord {
-            name: "broker path silent 10s".into(),
+            name: "broker path silent 8s".into(),
             started: t(0),
             healed: t(10_000),
             probes: vec![],

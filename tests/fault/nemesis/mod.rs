@@ -91,9 +91,9 @@ impl Fault {
             Self::DatabasePause => "database SIGSTOP 5s",
             Self::DatabaseRestart => "database stopped 6s, restarted",
             Self::OtherLinesCanary => "second process, other lines",
-            Self::SilentPath => "broker path silent 10s",
-            Self::OneWayPath => "daemon-to-broker path silent 8s",
-            Self::DistantBroker => "broker 200ms away 6s",
+            Self::SilentPath => "broker path silent 8s",
+            Self::OneWayPath => "daemon-to-broker path silent 7s",
+            Self::DistantBroker => "broker 200ms away 5s",
             Self::QuotaFreeze => "daemon frozen while quotas refuse",
             Self::Rollback => "rollback to the previous release",
         }

@@ -13,11 +13,11 @@ use super::outages::readyz_within;
 
 /// Longer than the daemon's `link_timeout` (6 s), so that it must notice the silence and
 /// reconnect once a path is there again (the connections the silence caught stay dead).
-const SILENT_FOR: Duration = Duration::from_secs(10);
-const ONE_WAY_FOR: Duration = Duration::from_secs(8);
+const SILENT_FOR: Duration = Duration::from_secs(8);
+const ONE_WAY_FOR: Duration = Duration::from_secs(7);
 /// A distant broker: each byte delivered this long after it was sent, each way.
 const DISTANCE: Duration = Duration::from_millis(200);
-const DISTANT_FOR: Duration = Duration::from_secs(6);
+const DISTANT_FOR: Duration = Duration::from_secs(5);
 
 impl Nemesis {
     /// The path silent both ways (`one_way`: from the daemon to the broker only) for a while,

@@ -13,7 +13,7 @@ use super::outages::readyz_within;
 use crate::common::{operator, previous_release};
 
 /// How long the previous release runs under the workload.
-const ROLLED_BACK_FOR: Duration = Duration::from_secs(5);
+const ROLLED_BACK_FOR: Duration = Duration::from_secs(4);
 /// How long either release may take to be ready after its start.
 const READY_WITHIN: Duration = Duration::from_secs(20);
 /// The daemon's lines before the rollback (the default `command_partitions`), set again after.
