@@ -123,7 +123,6 @@ pub async fn run(plan: &Plan) -> Run {
     let mut env = vec![
         ("TIMER_RETENTION_KEEP_FINISHED".to_owned(), "0".to_owned()),
         ("TIMER_HTTP_LISTEN".to_owned(), http.clone()),
-        ("TIMER_BROKER_URL".to_owned(), proxy.url()),
         (
             "TIMER_QUOTAS_TENANTS".to_owned(),
             nemesis::QUOTA_SETTING.to_owned(),
@@ -141,6 +140,7 @@ pub async fn run(plan: &Plan) -> Run {
     let mut world = World {
         server,
         proxy,
+        via_proxy: false,
         _broker_disk: broker_disk,
         scratch,
         disk,

@@ -63,9 +63,13 @@ impl Faketime {
 /// The processes and files under attack.
 pub struct World {
     pub server: NatsServer,
-    /// The daemon reaches the broker through it (`TIMER_BROKER_URL` in `env`), so that its path
-    /// can go silent with no reset; the run's clients reach the broker directly.
+    /// Between the daemon and the broker from the first fault of the path on (`via_proxy`), so
+    /// that its path can go silent with no reset; the run's clients reach the broker directly.
     pub proxy: NetProxy,
+    /// Whether the daemon is started on the proxy's address. Not before the path's faults: the
+    /// proxy runs in the test's process and copies every byte, which the faults before them
+    /// (a burst of 10,000 firings judged to the second among them) should not pay for.
+    pub via_proxy: bool,
     /// The tmpfs the broker keeps its streams on, when one could be mounted (held for its life).
     pub _broker_disk: Option<SmallDisk>,
     pub scratch: Scratch,
@@ -88,11 +92,15 @@ impl World {
 
     /// Starts another build of the daemon (an earlier release) in its place, set up alike.
     pub fn start_binary(&mut self, binary: &std::path::Path) {
-        let env: Vec<(&str, &str)> = self
+        let proxy_url = self.proxy.url();
+        let mut env: Vec<(&str, &str)> = self
             .env
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
+        if self.via_proxy {
+            env.push(("TIMER_BROKER_URL", &proxy_url));
+        }
         self.daemon = Some(DaemonProcess::start_binary(
             binary,
             &self.server,
