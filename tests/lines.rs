@@ -60,27 +60,19 @@ async fn a_second_process_with_other_lines_adopts_the_streams() {
     let server = NatsServer::start();
     let (scratch_a, scratch_b) = (Scratch::new(), Scratch::new());
     let client = TestClient::connect(&server).await;
-    let a = DaemonProcess::start_with(
+    let a = daemon_reading(
         &server,
         &scratch_a,
         &[("TIMER_NATS_COMMAND_PARTITIONS", "4")],
-    );
-    a.await_log(
-        "reading the command stream's consumers in turns",
-        Duration::from_secs(20),
     )
     .await;
-    let b = DaemonProcess::start_with(
+    let b = daemon_reading(
         &server,
         &scratch_b,
         &[
             ("TIMER_NATS_COMMAND_PARTITIONS", "8"),
             ("TIMER_NAME", "canary"),
         ],
-    );
-    b.await_log(
-        "reading the command stream's consumers in turns",
-        Duration::from_secs(20),
     )
     .await;
     let b_log = b.log.clone();
@@ -109,12 +101,7 @@ async fn a_running_daemon_reads_lines_that_appear_after_its_start() {
     let server = NatsServer::start();
     let scratch = Scratch::new();
     let client = TestClient::connect(&server).await;
-    let a = DaemonProcess::start_with(&server, &scratch, &[("TIMER_NATS_COMMAND_PARTITIONS", "4")]);
-    a.await_log(
-        "reading the command stream's consumers in turns",
-        Duration::from_secs(20),
-    )
-    .await;
+    let a = daemon_reading(&server, &scratch, &[("TIMER_NATS_COMMAND_PARTITIONS", "4")]).await;
     let stream = client
         .js
         .get_stream("TIMER_COMMANDS")
@@ -244,6 +231,41 @@ async fn an_operator_made_first_consumer_is_checked_before_anything_changes() {
     }
 }
 
+/// What a daemon logs once it reads the command stream's lines.
+const READING_LINES: &str = "reading the command stream's consumers in turns";
+
+/// A daemon on `scratch` with `env`, once it reads the command stream's lines.
+async fn daemon_reading(
+    server: &NatsServer,
+    scratch: &Scratch,
+    env: &[(&str, &str)],
+) -> DaemonProcess {
+    let daemon = DaemonProcess::start_with(server, scratch, env);
+    daemon
+        .await_log(READING_LINES, Duration::from_secs(20))
+        .await;
+    daemon
+}
+
+/// A daemon with 4 lines taken to one line by `lines set 1` while commands arrive, then
+/// stopped (SIGTERM, exit 0); the commands the broker acknowledged meanwhile.
+async fn one_line_under_traffic(
+    server: &NatsServer,
+    scratch: &Scratch,
+    client: &TestClient,
+) -> Vec<(String, String)> {
+    let daemon = daemon_reading(server, scratch, &[("TIMER_NATS_COMMAND_PARTITIONS", "4")]).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = publish_until(client, stop.clone());
+    let (ok, out) = lines(server, scratch, &["set", "1"]).await;
+    assert!(ok, "lines set 1:\n{out}");
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait_exit(Duration::from_secs(15)).await.success());
+    // Commands keep coming while no daemon runs.
+    stop.store(true, Ordering::Relaxed);
+    publisher.await.expect("publisher")
+}
+
 /// Publishes schedules of many tenants, each acknowledged by the broker, until told to stop;
 /// returns the keys acknowledged.
 fn publish_until(
@@ -319,14 +341,8 @@ async fn lines_set_up_and_down_loses_no_command_in_flight() {
     let server = NatsServer::start();
     let scratch = Scratch::new();
     let client = TestClient::connect(&server).await;
-    let daemon =
-        DaemonProcess::start_with(&server, &scratch, &[("TIMER_NATS_COMMAND_PARTITIONS", "4")]);
-    daemon
-        .await_log(
-            "reading the command stream's consumers in turns",
-            Duration::from_secs(20),
-        )
-        .await;
+    let _daemon =
+        daemon_reading(&server, &scratch, &[("TIMER_NATS_COMMAND_PARTITIONS", "4")]).await;
     let stop = Arc::new(AtomicBool::new(false));
     let publisher = publish_until(&client, stop.clone());
     for (count, consumers) in [("8", 9), ("2", 3), ("16", 17), ("1", 1)] {
@@ -363,22 +379,7 @@ async fn lines_set_1_leaves_one_consumer_reading_everything_and_keeps_it() {
     let server = NatsServer::start();
     let scratch = Scratch::new();
     let client = TestClient::connect(&server).await;
-    let daemon =
-        DaemonProcess::start_with(&server, &scratch, &[("TIMER_NATS_COMMAND_PARTITIONS", "4")]);
-    daemon
-        .await_log(
-            "reading the command stream's consumers in turns",
-            Duration::from_secs(20),
-        )
-        .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let publisher = publish_until(&client, stop.clone());
-    let (ok, out) = lines(&server, &scratch, &["set", "1"]).await;
-    assert!(ok, "lines set 1:\n{out}");
-    daemon.signal(libc::SIGTERM);
-    assert!(daemon.wait_exit(Duration::from_secs(15)).await.success());
-    stop.store(true, Ordering::Relaxed);
-    let acked = publisher.await.expect("publisher");
+    let acked = one_line_under_traffic(&server, &scratch, &client).await;
 
     let config = client.command_stream_info().await.config;
     assert_eq!(partitions_of(&config), None, "no transform");
@@ -426,23 +427,7 @@ async fn a_rollback_to_the_release_before_lines_loses_nothing() {
     let server = NatsServer::start();
     let scratch = Scratch::new();
     let client = TestClient::connect(&server).await;
-    let daemon =
-        DaemonProcess::start_with(&server, &scratch, &[("TIMER_NATS_COMMAND_PARTITIONS", "4")]);
-    daemon
-        .await_log(
-            "reading the command stream's consumers in turns",
-            Duration::from_secs(20),
-        )
-        .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let publisher = publish_until(&client, stop.clone());
-    let (ok, out) = lines(&server, &scratch, &["set", "1"]).await;
-    assert!(ok, "lines set 1:\n{out}");
-    daemon.signal(libc::SIGTERM);
-    assert!(daemon.wait_exit(Duration::from_secs(15)).await.success());
-    // Commands keep coming while no daemon runs.
-    stop.store(true, Ordering::Relaxed);
-    let acked = publisher.await.expect("publisher");
+    let acked = one_line_under_traffic(&server, &scratch, &client).await;
 
     let env = common::operator::env_for(&server.url(), &scratch);
     let (migrated, out) = common::operator::run(

@@ -220,18 +220,11 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn lines(count: u16) -> Lines {
-        Lines::new(&BrokerNames {
-            command_partitions: count,
-            ..BrokerNames::default()
-        })
-    }
-
     #[test]
     fn the_count_is_read_from_the_record_else_from_the_transform() {
         let mut config = stream::Config::default();
         assert_eq!(recorded(&config), None, "an earlier version's stream");
-        config.subject_transform = Some(lines(32).transform());
+        config.subject_transform = Some(Lines::of(32).transform());
         assert_eq!(recorded(&config), Some(32));
         config.metadata = HashMap::from([(LINES_KEY.to_owned(), "1".to_owned())]);
         assert_eq!(recorded(&config), Some(1), "the record decides");
@@ -241,7 +234,7 @@ mod tests {
 
     #[test]
     fn the_first_consumer_is_usable_with_lines_when_it_reads_all_or_all_but_lines() {
-        let l = lines(4);
+        let l = Lines::of(4);
         let shape = |filter: &str, filters: &[&str]| {
             first_shape(
                 &consumer::Config {

@@ -29,6 +29,15 @@ pub struct Lines {
 }
 
 impl Lines {
+    /// `count` lines of the default subjects (the tests' layouts).
+    #[cfg(test)]
+    pub(crate) fn of(count: u16) -> Self {
+        Self::new(&BrokerNames {
+            command_partitions: count,
+            ..BrokerNames::default()
+        })
+    }
+
     pub fn new(names: &BrokerNames) -> Self {
         let wildcard = names.subjects.command_wildcard();
         let prefix = wildcard.trim_end_matches(".>").to_owned();
@@ -149,16 +158,9 @@ pub fn supports_transforms(version: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn lines(count: u16) -> Lines {
-        Lines::new(&BrokerNames {
-            command_partitions: count,
-            ..BrokerNames::default()
-        })
-    }
-
     #[test]
     fn a_tenant_token_picks_the_line_and_the_line_token_is_taken_out_again() {
-        let l = lines(16);
+        let l = Lines::of(16);
         assert_eq!(l.transform().source, "timer.cmd.*.*");
         assert_eq!(
             l.transform().destination,
@@ -187,7 +189,7 @@ mod tests {
 
     #[test]
     fn line_consumers_are_told_from_others_by_name() {
-        let l = lines(4);
+        let l = Lines::of(4);
         assert_eq!(l.consumer_name(2), "timer-service-p2");
         assert_eq!(l.line_of("timer-service-p2"), Some(2));
         assert_eq!(l.line_of("timer-service-p17"), Some(17));
