@@ -1,7 +1,7 @@
 //! Invariant (h), fairness (docs/CONTRACT.md §9): while one tenant loads the service, every
-//! other tenant's timer due meanwhile fires within [`FAIRNESS_BOUND`] of its `dueAt` (of its
-//! acknowledgement, for one scheduled already due: commands are taken in order, not by tenant,
-//! and a firing cannot start before its command is stored). The loads:
+//! other tenant's timer due meanwhile fires within the load's bound ([`Busy::bound`]) of its
+//! `dueAt` (of its acknowledgement, for one scheduled already due: commands are taken in order,
+//! not by tenant, and a firing cannot start before its command is stored). The loads:
 //! - a burst of one tenant's timers due at one instant, fired with no fault on: from its instant
 //!   to its last timer's event;
 //! - a flood of one tenant's heavy API reads: from its first request to its last answer. It is
@@ -20,6 +20,14 @@ use super::history::{Burst, Instant, Key, Outcome, ReadFlood, Run, Window};
 /// How late another tenant's timer may be while one tenant loads the service (a test build, the
 /// machine busy with the whole suite). Without turns, each would wait for the rest of the load.
 pub const FAIRNESS_BOUND: Duration = Duration::seconds(1);
+
+/// The share of a burst's firing time another tenant's timer may wait, when that is more than
+/// [`FAIRNESS_BOUND`]. How long the burst takes to fire measures how busy the machine is (1.2 s
+/// with the suite's daemon alone, 3.7–6.4 s beside other tests); a timer that waits its turn is
+/// late by a sliver of it, one that waits for the burst by the rest of it. Beside other tests a
+/// turn once took 1,047 ms of a 3,670 ms burst (on PostgreSQL 1,630 ms of about 6 s): the
+/// machine's stall, which a fixed bound cannot tell from a missing turn, and this one can.
+const BURST_SHARE: i32 = 3;
 
 /// What one tenant did that the others must not feel.
 pub enum Load<'a> {
@@ -64,6 +72,18 @@ pub struct Busy<'a> {
     pub load: Load<'a>,
     pub during: Window,
     pub others: Vec<Bystander>,
+}
+
+impl Busy<'_> {
+    /// How late another tenant's timer may be during this load: [`FAIRNESS_BOUND`], or for a
+    /// burst a third of its firing time if that is longer ([`BURST_SHARE`]). A read flood lasts
+    /// as long as the workload makes it, not as the machine allows: its bound is fixed.
+    pub fn bound(&self) -> Duration {
+        match self.load {
+            Load::Burst(_) => FAIRNESS_BOUND.max((self.during.to - self.during.from) / BURST_SHARE),
+            Load::ReadFlood(_) => FAIRNESS_BOUND,
+        }
+    }
 }
 
 /// Every load of the run with the others' timers due while it lasted (a burst that never fired
@@ -125,25 +145,28 @@ pub fn busy_periods<'a>(run: &'a Run, disturbed: &[Window], verdict: &Verdict) -
         .collect()
 }
 
-/// (h): every other tenant's timer due while a load lasted fires within [`FAIRNESS_BOUND`].
+/// (h): every other tenant's timer due while a load lasted fires within the load's bound.
 pub fn check_fairness(run: &Run, disturbed: &[Window], verdict: &mut Verdict) {
     let mut late = Vec::new();
     for busy in busy_periods(run, disturbed, verdict) {
+        let bound = busy.bound();
+        let load = busy.load.describe();
         for other in busy.others {
-            if other.late > FAIRNESS_BOUND {
-                late.push((other, busy.load.describe()));
+            if other.late > bound {
+                late.push((other, bound, load.clone()));
             }
         }
     }
-    for (other, load) in late {
+    for (other, bound, load) in late {
         verdict.violate(
             Invariant::Fairness,
             other.fired,
             Some(&other.key),
             format!(
-                "due at {}, fired {} ms late while {load}",
+                "due at {}, fired {} ms late (bound {} ms) while {load}",
                 other.due,
-                other.late.num_milliseconds()
+                other.late.num_milliseconds(),
+                bound.num_milliseconds()
             ),
         );
     }
@@ -201,6 +224,10 @@ mod tests {
         let fair = check(&history(5_600));
         assert!(fair.violations.is_empty(), "{:?}", fair.violations);
         assert_eq!(broken(&check(&history(8_990))), [Invariant::Fairness]);
+        // The burst took 4 s to fire: a third of it (1,333 ms) is the bound, not 1 s.
+        let stalled = check(&history(6_800));
+        assert!(stalled.violations.is_empty(), "{:?}", stalled.violations);
+        assert_eq!(broken(&check(&history(6_900))), [Invariant::Fairness]);
     }
 
     /// The whale floods the API from 5 s to 8 s (a fault record of its own that disturbs

@@ -140,10 +140,8 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
         let mut late: Vec<_> = busy.others.iter().map(|o| o.late).collect();
         late.sort();
         let worst = busy.others.iter().max_by_key(|other| other.late);
-        let over = late
-            .iter()
-            .filter(|l| **l > fairness::FAIRNESS_BOUND)
-            .count();
+        let bound = busy.bound();
+        let over = late.iter().filter(|l| **l > bound).count();
         let _ = writeln!(
             out,
             "  while {} ({} ms): {} other tenants' timers due meanwhile, {over} more than {} ms \
@@ -151,7 +149,7 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
             busy.load.describe(),
             (busy.during.to - busy.during.from).num_milliseconds(),
             late.len(),
-            fairness::FAIRNESS_BOUND.num_milliseconds(),
+            bound.num_milliseconds(),
             late.get(late.len() / 2).map_or(0, |l| l.num_milliseconds()),
             worst.map_or("-".into(), |w| format!(
                 "{} ms late ({})",

@@ -131,7 +131,7 @@ impl Invariant {
             Self::Liveness => "after a fault heals, new timers fire within the bound",
             Self::HostileInput => "every API request is answered, invalid commands rejected",
             Self::Fairness => {
-                "one tenant's burst or heavy reads do not hold up the others' timers (1 s bound)"
+                "one tenant's burst or heavy reads do not hold up the others' timers (1 s, or a third of a burst's time)"
             }
             Self::PromptAfterHeal => {
                 "after a kill mid-burst or a freeze under load, every timer acknowledged before \
