@@ -31,19 +31,16 @@ use crate::nats::{
     NatsEventBus,
 };
 use crate::ports::{Clock, SystemClock};
+use crate::stop::Reserve;
 use crate::storage::db::DatabaseTarget;
 use crate::storage::{self, Claimant, NameHold, Store, StoreError};
 
-/// How long a graceful shutdown may take before the daemon gives up waiting.
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
 /// Longest a starting daemon watches the row of its name when another instance wrote it
 /// lately: a live holder's health probe writes it twice meanwhile, so a row left as it was
 /// belongs to a dead daemon. So much a daemon restarted right after a crash waits.
 pub const NAME_WATCH: Duration = PROBE_INTERVAL
     .saturating_mul(2)
     .saturating_add(Duration::from_secs(1));
-/// How long a graceful stop may spend giving up the daemon's name.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -68,7 +65,7 @@ pub enum DaemonError {
     RestartLimit(String),
     #[error("the supervisor stopped unexpectedly")]
     SupervisorLost,
-    #[error("graceful shutdown did not finish within {0:?}")]
+    #[error("graceful shutdown did not finish within its budget of {0:?}")]
     ShutdownTimeout(Duration),
 }
 
@@ -86,6 +83,8 @@ pub struct Daemon {
     database: DatabaseTarget,
     /// The quotas in force, read by the CommandHandler at each batch.
     quotas: tokio::sync::watch::Sender<Arc<Quotas>>,
+    /// The budget of a graceful stop (`crate::stop`).
+    shutdown_timeout: Duration,
 }
 
 impl Daemon {
@@ -152,7 +151,9 @@ impl Daemon {
                 postgres: config.postgres.clone(),
                 read_connections: config.api.read_connections,
                 read_timeout: config.api.read_timeout,
-            }),
+                stop: registry.stop().clone(),
+            })
+            .stopped_last(),
             ChildSpec::of::<Poller>(PollerArgs {
                 registry: registry.clone(),
                 bus: bus.clone(),
@@ -248,6 +249,7 @@ impl Daemon {
             name: name.to_owned(),
             database,
             quotas,
+            shutdown_timeout: config.supervisor.shutdown_timeout,
         })
     }
 
@@ -260,29 +262,36 @@ impl Daemon {
         }
     }
 
-    /// Graceful stop: no new commands are pulled, the batch in flight finishes, the actors stop
-    /// in order, and buffered broker traffic (acks) is flushed.
+    /// Graceful stop, within `[supervisor] shutdown_timeout` in all (`crate::stop`): no new
+    /// commands are pulled, those delivered are committed and the Poller's batches finish, the
+    /// actors stop (Persistence last), buffered broker traffic (acks, events) is flushed, and
+    /// the name is given up. What a step could not finish in its share is left as a crash would
+    /// leave it, for the next start: never a loss.
     pub async fn shutdown(self) -> Result<(), DaemonError> {
-        tracing::info!("timer-service shutting down");
-        let stopped = tokio::time::timeout(SHUTDOWN_TIMEOUT, async {
+        tracing::info!(budget = ?self.shutdown_timeout, "timer-service shutting down");
+        let stop = self.registry.stop().clone();
+        stop.begin(self.shutdown_timeout);
+        let stopped = tokio::time::timeout_at(stop.until(Reserve::ForName), async {
             let _ = self
                 .supervisor
-                .call(SupervisorMsg::Shutdown, Some(SHUTDOWN_TIMEOUT))
+                .call(SupervisorMsg::Shutdown, Some(stop.left(Reserve::ForName)))
                 .await;
             let _ = self.supervisor_done.await;
         })
         .await;
         // Draining flushes what is buffered (the last acks and events) before closing.
-        if let Err(e) = self.client.drain().await {
-            tracing::warn!(error = %e, "could not drain the broker connection");
+        match tokio::time::timeout_at(stop.until(Reserve::ForName), self.client.drain()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not drain the broker connection"),
+            Err(_) => tracing::warn!("the broker connection was not drained within the budget"),
         }
         match stopped {
             Ok(()) => {
-                release_name(&self.database, &self.name).await;
+                release_name(&self.database, &self.name, stop.until(Reserve::Nothing)).await;
                 tracing::info!("timer-service stopped");
                 Ok(())
             }
-            Err(_) => Err(DaemonError::ShutdownTimeout(SHUTDOWN_TIMEOUT)),
+            Err(_) => Err(DaemonError::ShutdownTimeout(self.shutdown_timeout)),
         }
     }
 
@@ -398,11 +407,11 @@ async fn take_name(
 
 /// Gives up the daemon's name on a shared database, so that a daemon started next under it
 /// (this one restarted, say) takes it at once instead of watching for a live holder.
-async fn release_name(database: &DatabaseTarget, name: &str) {
+async fn release_name(database: &DatabaseTarget, name: &str, until: tokio::time::Instant) {
     if !matches!(database, DatabaseTarget::Postgres { .. }) {
         return;
     }
-    let released = tokio::time::timeout(RELEASE_TIMEOUT, async {
+    let released = tokio::time::timeout_at(until, async {
         let store = Store::open(database).await?;
         let released = store.release_name(name).await;
         let _ = store.close().await;

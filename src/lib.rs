@@ -40,7 +40,8 @@
 //! - [`config`]: `config.toml` + `TIMER_*` environment overrides (`env`, `validate`,
 //!   `duration`, `redact`, `sqlite`, `postgres`, `quotas`, `metrics`, `api`, `changes`,
 //!   `service_links`: Kubernetes' variables under our prefix, ignored).
-//! - [`backoff`]: the retry delays. [`health`]: what the daemon knows of its own health.
+//! - [`backoff`]: the retry delays. [`stop`]: the one budget of a graceful stop, and what each
+//!   step keeps of it. [`health`]: what the daemon knows of its own health.
 //!   [`turns`]: a queue whose keys (tenants) take turns.
 //! - [`telemetry`]: metric names, the Prometheus recorder, and log formats.
 //! - [`schemas`]: the JSON Schemas of every message and API request and reply, generated from
@@ -62,6 +63,7 @@ pub mod lines;
 pub mod nats;
 pub mod ports;
 pub mod schemas;
+pub mod stop;
 pub mod storage;
 pub mod telemetry;
 pub mod turns;

@@ -4,7 +4,8 @@
 //! a statement hangs on the frozen server, and 200 again by itself once the server answers;
 //! every timer scheduled fires (counted as the daemon publishes them, on a plain subscriber, so
 //! the broker's deduplication hides nothing). And a daemon started while its database is
-//! frozen waits for it, then becomes ready.
+//! frozen waits for it, then becomes ready. And a daemon stopped mid-burst while its database
+//! is frozen exits within its stop's budget, and loses nothing.
 //!
 //! Each test runs a PostgreSQL server of its own (`common::postgres_cluster`), in the SQLite run
 //! as in the PostgreSQL one; where this machine has no PostgreSQL binaries, the tests say so
@@ -64,11 +65,13 @@ impl World {
     }
 
     fn start_daemon(&mut self) {
-        self.daemon = Some(DaemonProcess::start_with(
-            &self.server,
-            &self.scratch,
-            &[("TIMER_HTTP_LISTEN", self.addr.as_str())],
-        ));
+        self.start_daemon_with(&[]);
+    }
+
+    fn start_daemon_with(&mut self, env: &[(&str, &str)]) {
+        let mut env = env.to_vec();
+        env.push(("TIMER_HTTP_LISTEN", self.addr.as_str()));
+        self.daemon = Some(DaemonProcess::start_with(&self.server, &self.scratch, &env));
     }
 
     /// Polls `/readyz` until it answers `code`; returns how long that took and what it said.
@@ -323,5 +326,88 @@ async fn a_daemon_started_while_its_database_is_frozen_becomes_ready_once_it_tha
         "{what}: /readyz 200 {} ms after the thaw (the readiness poll includes the rest of \
          start-up)",
         (green.max(thawed.elapsed())).as_millis()
+    );
+}
+
+/// The stop's budget of the test below: short, so that a stop that outlasts it (13 s, before
+/// it was one budget) cannot pass.
+const STOP_BUDGET: Duration = Duration::from_secs(5);
+/// What the process adds to the budget: starting its exit, the runtime's end.
+const EXIT_MARGIN: Duration = Duration::from_millis(1_500);
+
+/// A SIGTERM mid-burst, the database frozen: the CommandHandler holds commands it cannot
+/// commit, the Poller batches it cannot mark, Persistence statements that do not answer. The
+/// daemon exits within `[supervisor] shutdown_timeout`, and everything the broker acknowledged
+/// fires after the thaw, from the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_with_a_frozen_database_ends_within_its_budget_and_loses_nothing() {
+    let what = "a stop with a frozen database";
+    let Some(mut world) = World::start(what, false).await else {
+        return;
+    };
+    let budget = format!("{}ms", STOP_BUDGET.as_millis());
+    world.start_daemon_with(&[("TIMER_SUPERVISOR_SHUTDOWN_TIMEOUT", budget.as_str())]);
+    world
+        .await_readyz(200, Duration::from_secs(30), "ready at start")
+        .await;
+    let client = Arc::new(TestClient::connect(&world.server).await);
+    client.wait_for_command_stream().await;
+    let seen = Seen::subscribe(&client.client).await;
+    let schedule = |prefix: &'static str, count: usize, due_in_ms: i64| {
+        let client = client.clone();
+        async move {
+            let due = Utc::now() + chrono::Duration::milliseconds(due_in_ms);
+            let ids: Vec<String> = (0..count).map(|i| format!("{prefix}-{i:05}")).collect();
+            for chunk in ids.chunks(250) {
+                futures::future::join_all(
+                    chunk
+                        .iter()
+                        .map(|id| client.schedule("acme", id, due, None)),
+                )
+                .await;
+            }
+            ids
+        }
+    };
+    let mut ids = schedule("burst", 4_000, 1_500).await;
+    common::eventually(Duration::from_secs(30), "the burst to fire", || async {
+        (seen.0.lock().unwrap().len() >= 200).then_some(())
+    })
+    .await;
+    tokio::task::block_in_place(|| world.cluster.freeze());
+    // Commands the daemon pulls and cannot commit.
+    ids.extend(schedule("late", 500, 1_000).await);
+    let daemon = world.daemon.take().expect("started");
+    let asked = Instant::now();
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait_exit(Duration::from_secs(30)).await;
+    let took = asked.elapsed();
+    let fired_by_then = seen.0.lock().unwrap().len();
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        took <= STOP_BUDGET + EXIT_MARGIN,
+        "the stop took {took:?}, its budget {STOP_BUDGET:?}"
+    );
+    tokio::task::block_in_place(|| world.cluster.thaw());
+    world.start_daemon();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !seen.missing(&ids).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let missing = seen.missing(&ids);
+    assert!(
+        missing.is_empty(),
+        "{what}: {} of {} acknowledged timers never fired, e.g. {:?}",
+        missing.len(),
+        ids.len(),
+        &missing[..missing.len().min(5)]
+    );
+    eprintln!(
+        "{what}: exited {status} {} ms after SIGTERM (budget {} ms); {fired_by_then} of {} \
+         fired before it, all after the next start, {} duplicates published",
+        took.as_millis(),
+        STOP_BUDGET.as_millis(),
+        ids.len(),
+        seen.duplicates()
     );
 }

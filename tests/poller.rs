@@ -282,6 +282,7 @@ async fn start_persistence(
             postgres: Default::default(),
             read_connections: 1,
             read_timeout: Duration::from_secs(1),
+            stop: registry.stop().clone(),
         },
     )
     .await

@@ -57,6 +57,7 @@ async fn past_the_restart_limit_the_daemon_stops_with_an_error() {
         restart_window: Duration::from_secs(60),
         min_backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(50),
+        ..Default::default()
     };
     let mut daemon = Daemon::start(config).await.unwrap();
 

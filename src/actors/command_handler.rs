@@ -22,6 +22,7 @@ use super::supervisor::NamedActor;
 use crate::backoff;
 use crate::domain::{CommandLimits, Subjects};
 use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus, InboundCommand};
+use crate::stop::Reserve;
 
 mod intake;
 mod pipeline;
@@ -109,26 +110,22 @@ impl Actor for CommandHandler {
     }
 
     /// On a graceful stop, the commands the broker already sent on the open pull request are
-    /// handled too, so none waits out the redelivery timeout.
+    /// handled too, so none waits out the redelivery timeout; within the stop's budget
+    /// (`crate::stop`): what is not committed by then is not acknowledged, and the broker
+    /// delivers it again.
     async fn post_stop(
         &self,
         _myself: ActorRef<Self::Msg>,
         state: &mut CommandHandlerState,
     ) -> Result<(), ActorProcessingErr> {
-        match state.source.drain().await {
-            Ok(commands) if !commands.is_empty() => {
-                tracing::info!(
-                    actor = "command_handler",
-                    count = commands.len(),
-                    "handling commands delivered before the stop"
-                );
-                handle_batch(state, commands).await;
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(actor = "command_handler", error = %e,
-                "could not drain the open pull request; the broker will redeliver"),
+        let until = state.args.registry.stop().until(Reserve::ForStorage);
+        if tokio::time::timeout_at(until, finish(state)).await.is_err() {
+            tracing::warn!(
+                actor = "command_handler",
+                "commands delivered before the stop were not all stored within the stop's budget; \
+                 the broker delivers them again"
+            );
         }
-        state.pipeline.finish(&state.args).await;
         Ok(())
     }
 
@@ -186,4 +183,23 @@ impl Actor for CommandHandler {
         }
         Ok(())
     }
+}
+
+/// Handles what the broker sent on the open pull request before the stop, and lets the
+/// pipeline's stores finish.
+async fn finish(state: &mut CommandHandlerState) {
+    match state.source.drain().await {
+        Ok(commands) if !commands.is_empty() => {
+            tracing::info!(
+                actor = "command_handler",
+                count = commands.len(),
+                "handling commands delivered before the stop"
+            );
+            handle_batch(state, commands).await;
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(actor = "command_handler", error = %e,
+            "could not drain the open pull request; the broker will redeliver"),
+    }
+    state.pipeline.finish(&state.args).await;
 }

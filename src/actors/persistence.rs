@@ -24,6 +24,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::supervisor::NamedActor;
 use crate::health::{Health, PROBE_INTERVAL};
+use crate::stop::{Reserve, StopDeadline};
 use crate::storage::db::DatabaseTarget;
 use crate::storage::{Claimant, PostgresSettings};
 
@@ -44,9 +45,6 @@ const WATCHDOG_INTERVAL: Duration = Duration::from_millis(250);
 /// How long an abandoned connection is given to close in the background (and each connection
 /// at the actor's stop, on PostgreSQL).
 const ABANDON_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long a stop waits for the lanes to run what was queued before it.
-const STOP_DRAIN: Duration = Duration::from_secs(8);
 
 /// The name of the health probe's operation.
 const PROBE: &str = "probe";
@@ -70,6 +68,8 @@ pub struct PersistenceArgs {
     pub read_connections: usize,
     /// Longest an API read may run before it is stopped and answered as too long.
     pub read_timeout: Duration,
+    /// The daemon's stop: the lanes run what was queued before it, within their share.
+    pub stop: StopDeadline,
 }
 
 /// What every connection of every lane needs.
@@ -84,6 +84,7 @@ struct Setup {
 
 pub struct PersistenceState {
     lanes: Vec<Arc<Lane>>,
+    stop: StopDeadline,
     /// Watches the connections' tasks (see [`watch`]); dropping it ends them.
     workers: Option<AbortOnDropHandle<()>>,
     /// Ends with the actor.
@@ -120,6 +121,7 @@ impl Actor for Persistence {
             }
         });
         let specs = layout(&args.database, args.read_connections);
+        let stop = args.stop;
         let setup = Arc::new(Setup {
             database: args.database,
             health: args.health,
@@ -139,6 +141,7 @@ impl Actor for Persistence {
         }
         Ok(PersistenceState {
             lanes,
+            stop,
             workers: Some(watch(myself, workers)),
             _watchdog: AbortOnDropHandle::new(watchdog),
         })
@@ -166,7 +169,9 @@ impl Actor for Persistence {
             lane.close();
         }
         if let Some(workers) = state.workers.take()
-            && tokio::time::timeout(STOP_DRAIN, workers).await.is_err()
+            && tokio::time::timeout_at(state.stop.until(Reserve::ForBroker), workers)
+                .await
+                .is_err()
         {
             tracing::warn!(
                 actor = Persistence::NAME,

@@ -60,9 +60,6 @@ pub fn hold_limit(batch_size: usize) -> usize {
     2 * claim_size(batch_size)
 }
 
-/// How long a graceful stop waits, in all, for the batches at the broker and a mark under way.
-const STOP_GRACE: Duration = Duration::from_secs(5);
-
 #[derive(Default)]
 pub struct Poller;
 

@@ -10,10 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ractor::{ActorRef, Message};
 
+use crate::stop::StopDeadline;
+
 /// Names of one daemon's actors.
 #[derive(Debug, Clone)]
 pub struct Registry {
     prefix: String,
+    /// The deadline of the daemon's stop, once one began: every actor's stop waits until a
+    /// point derived from it (`crate::stop`).
+    stop: StopDeadline,
 }
 
 impl Registry {
@@ -24,7 +29,15 @@ impl Registry {
             0 => daemon.to_owned(),
             nth => format!("{daemon}#{}", nth + 1),
         };
-        Self { prefix }
+        Self {
+            prefix,
+            stop: StopDeadline::default(),
+        }
+    }
+
+    /// The deadline of this daemon's stop.
+    pub fn stop(&self) -> &StopDeadline {
+        &self.stop
     }
 
     /// The process-wide name of this daemon's actor `actor`.

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::future::BoxFuture;
 use ractor::{
@@ -21,10 +21,8 @@ use super::registry::Registry;
 use crate::backoff;
 use crate::config::SupervisorSettings;
 use crate::health::Health;
+use crate::stop::Reserve;
 use crate::telemetry;
-
-/// How long a child may take to stop gracefully before the shutdown moves on.
-const CHILD_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An actor the Supervisor can start: a unit struct with a name of its own, unique within a
 /// daemon (its registry name, and the `actor` field of its log lines).
@@ -35,11 +33,13 @@ pub trait NamedActor: Actor + Default {
 type Spawn =
     dyn Fn(String, ActorCell) -> BoxFuture<'static, Result<ActorCell, SpawnErr>> + Send + Sync;
 
-/// One child of the Supervisor: its name and how to (re)start it.
+/// One child of the Supervisor: its name, how to (re)start it, and whether the others call it
+/// while they stop.
 #[derive(Clone)]
 pub struct ChildSpec {
     pub name: &'static str,
     spawn: Arc<Spawn>,
+    stops_last: bool,
 }
 
 impl ChildSpec {
@@ -60,7 +60,14 @@ impl ChildSpec {
                     Ok(actor.get_cell())
                 })
             }),
+            stops_last: false,
         }
+    }
+
+    /// The other children call this one while they stop (Persistence): it stops after them.
+    pub fn stopped_last(mut self) -> Self {
+        self.stops_last = true;
+        self
     }
 }
 
@@ -73,8 +80,7 @@ pub struct SupervisorArgs {
     pub settings: SupervisorSettings,
     /// Where actors that are down are listed (readiness).
     pub health: Health,
-    /// The children, in start order (shutdown runs in reverse): Persistence first, since the
-    /// others call it.
+    /// The children, in start order: Persistence first, since the others call it.
     pub children: Vec<ChildSpec>,
     /// Where the Supervisor leaves the reason it stopped the daemon on its own.
     pub exit: Arc<Mutex<Option<String>>>,
@@ -91,7 +97,7 @@ pub struct SupervisorState {
 pub enum SupervisorMsg {
     /// Start a child again after its backoff.
     Restart(&'static str),
-    /// Stop every child in reverse start order, then the Supervisor.
+    /// Stop every child (`stop_children`), then the Supervisor.
     Shutdown(RpcReplyPort<()>),
     /// Fault hook for drills and tests: kill one child as a crash would (no graceful stop).
     InjectFault(String),
@@ -270,25 +276,39 @@ async fn child_down(
     myself.send_after(delay, move || SupervisorMsg::Restart(name));
 }
 
-/// Stops the children in reverse start order: the last started first (the ones that bring
-/// work in), Persistence last (the others may still need it while they finish).
+/// Stops the children within the stop's budget (`crate::stop`, begun here if the daemon stops
+/// on its own): all together but those stopped last, which the others call while they stop
+/// (Persistence); then those. A child still running when its share of the budget ends is
+/// killed: what it held is what a crash would leave, never a loss.
 async fn stop_children(state: &mut SupervisorState) {
     state.shutting_down = true;
-    let names: Vec<&'static str> = state.args.children.iter().rev().map(|s| s.name).collect();
-    for name in names {
-        let Some(cell) = state.running.remove(name) else {
-            continue;
-        };
-        state.children.remove(&cell.get_id());
-        match cell
-            .stop_and_wait(Some("shutdown".into()), Some(CHILD_STOP_TIMEOUT))
-            .await
-        {
-            Ok(()) => tracing::info!(actor = name, reason = "shutdown", "actor stopped"),
-            Err(e) => {
-                tracing::warn!(actor = name, error = %e, "actor did not stop in time; killing it");
-                cell.kill();
+    let stop = state.args.registry.stop().clone();
+    stop.begin(state.args.settings.shutdown_timeout);
+    let specs = state.args.children.clone();
+    for (last, reserve) in [(false, Reserve::ForStorage), (true, Reserve::ForBroker)] {
+        let mut stopping = Vec::new();
+        for spec in specs.iter().filter(|spec| spec.stops_last == last) {
+            if let Some(cell) = state.running.remove(spec.name) {
+                state.children.remove(&cell.get_id());
+                stopping.push((spec.name, cell));
             }
         }
+        let left = stop
+            .until_settled(reserve)
+            .saturating_duration_since(tokio::time::Instant::now());
+        futures::future::join_all(stopping.into_iter().map(|(name, cell)| async move {
+            match cell
+                .stop_and_wait(Some("shutdown".into()), Some(left))
+                .await
+            {
+                Ok(()) => tracing::info!(actor = name, reason = "shutdown", "actor stopped"),
+                Err(e) => {
+                    tracing::warn!(actor = name, error = %e,
+                        "actor did not stop within its share of the stop's budget; killing it");
+                    cell.kill();
+                }
+            }
+        }))
+        .await;
     }
 }

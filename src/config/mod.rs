@@ -135,7 +135,7 @@ pub struct Config {
     pub api: ApiSettings,
 }
 
-/// How the Supervisor restarts failed children.
+/// How the Supervisor restarts failed children, and how long it may take to stop them all.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SupervisorSettings {
@@ -148,6 +148,10 @@ pub struct SupervisorSettings {
     pub min_backoff: Duration,
     #[serde(with = "duration", alias = "max_backoff_ms")]
     pub max_backoff: Duration,
+    /// The whole budget of a graceful stop, from SIGTERM to exit (`crate::stop`): keep it
+    /// under the process manager's grace period less 5 s (the spans' flush comes after it).
+    #[serde(with = "duration")]
+    pub shutdown_timeout: Duration,
 }
 
 /// `[http]`: metrics, health and readiness.
@@ -229,6 +233,7 @@ impl Default for SupervisorSettings {
             restart_window: Duration::from_secs(60),
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
+            shutdown_timeout: crate::stop::DEFAULT_BUDGET,
         }
     }
 }

@@ -257,6 +257,14 @@ fn a_bad_value_or_unknown_key_names_the_key_and_its_source() {
         ),
         (
             None,
+            &[("TIMER_SUPERVISOR_SHUTDOWN_TIMEOUT", "500ms")],
+            &[
+                "supervisor.shutdown_timeout",
+                "TIMER_SUPERVISOR_SHUTDOWN_TIMEOUT",
+            ],
+        ),
+        (
+            None,
             &[("TIMER_LOG_FORMAT", "xml")],
             &["format", "TIMER_LOG_FORMAT"],
         ),

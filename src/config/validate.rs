@@ -95,6 +95,12 @@ impl Config {
                 "must not exceed supervisor.max_backoff".into(),
             ));
         }
+        if self.supervisor.shutdown_timeout < Duration::from_secs(1) {
+            return Err((
+                "supervisor.shutdown_timeout",
+                "must be at least 1s: a stop needs that long to flush the broker connection".into(),
+            ));
+        }
         if !self.http.listen.trim().is_empty() && self.http_listen().is_none() {
             return Err((
                 "http.listen",

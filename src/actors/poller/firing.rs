@@ -14,9 +14,10 @@ use super::marks::{self, Marked};
 use super::phase::{Claim, NextClaim, Phase, Round};
 use super::queue::Waiting;
 use super::run::Run;
-use super::{PollerMsg, PollerState, STOP_GRACE, claim_size, hold_limit};
+use super::{PollerMsg, PollerState, claim_size, hold_limit};
 use crate::backoff;
 use crate::domain::DueTimer;
+use crate::stop::Reserve;
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 /// Short enough that firing resumes within seconds once a lost broker link is back: a batch
@@ -185,14 +186,16 @@ impl PollerState {
         self.wake.after(myself, delay);
     }
 
-    /// A graceful stop: waits, [`STOP_GRACE`] in all, for the batches at the broker and a mark
-    /// under way, then marks what they fired. A claim under way is not waited for: its timers
-    /// stay claimed, as the queued ones do, and are claimed again after a restart.
+    /// A graceful stop: waits, within its share of the stop's budget (`crate::stop`), for the
+    /// batches at the broker and a mark under way, then marks what they fired. A claim under way
+    /// is not waited for: its timers stay claimed, as the queued ones do, and are claimed again
+    /// after a restart.
     pub(super) async fn stop(&mut self) {
         self.wake.cancel();
         // One deadline for them all: each batch's own wait is bounded too, but a hundred of
         // them one after another would not be.
-        let deadline = Instant::now() + STOP_GRACE;
+        let stop = self.args.registry.stop().clone();
+        let deadline = stop.until(Reserve::ForMark);
         let (answers, at_broker) = self.publisher.stop();
         let mut outcomes = answers.published;
         let mut unfinished = answers.lost;
@@ -218,7 +221,7 @@ impl PollerState {
         // What is not marked now is published again after a restart: a duplicate, not a loss.
         let mut unmarked = None;
         if let Phase::Marking { answer, .. } = std::mem::replace(&mut self.phase, Phase::Idle) {
-            match tokio::time::timeout_at(deadline, answer).await {
+            match tokio::time::timeout_at(stop.until(Reserve::ForStorage), answer).await {
                 Ok(Ok(Marked {
                     batches,
                     result: Ok(count),
@@ -230,9 +233,11 @@ impl PollerState {
         if !self.marks.is_empty() {
             let batches = self.marks.take();
             let persistence = self.args.registry.persistence();
-            match persistence.mark_reached(marks::keys(&batches)).await {
-                Ok(count) => marks::record(&batches, count),
-                Err(e) => unmarked = Some(e.to_string()),
+            let mark = persistence.mark_reached(marks::keys(&batches));
+            match tokio::time::timeout_at(stop.until(Reserve::ForStorage), mark).await {
+                Ok(Ok(count)) => marks::record(&batches, count),
+                Ok(Err(e)) => unmarked = Some(e.to_string()),
+                Err(_) => unmarked = Some("the last mark did not answer in time".to_owned()),
             }
         }
         if let Some(error) = unmarked {
