@@ -217,9 +217,9 @@ fn submit(state: &PersistenceState, operation: Operation) {
         Some(lane) => lane.submit(operation),
         None => {
             let name = operation.name;
-            operation.answer::<()>(Err(crate::storage::StoreError::Unavailable(format!(
+            operation.fail(crate::storage::StoreError::Unavailable(format!(
                 "{name}: no lane serves it"
-            ))));
+            )));
         }
     }
 }

@@ -171,9 +171,9 @@ impl Lane {
                 let name = queued.operation.name;
                 queued
                     .operation
-                    .answer::<()>(Err(crate::storage::StoreError::Unavailable(format!(
+                    .fail(crate::storage::StoreError::Unavailable(format!(
                         "{name}: no lane serves it"
-                    ))));
+                    )));
                 return;
             }
             queue.len
@@ -335,5 +335,32 @@ mod tests {
         assert_eq!(taken.operation.name, "apply");
         lane.done(taken.key);
         assert!(lane.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_operation_no_lane_serves_is_answered_whatever_its_answer_type() {
+        let lane = Lane::new(LaneSpec {
+            name: "reader",
+            ranks: vec![Rank::Read],
+            connections: 1,
+            reader: true,
+        });
+        let (reply, answer) = ractor::concurrency::oneshot();
+        lane.submit(Operation::new::<u64>(
+            "apply",
+            Class::Commands,
+            Op::Write,
+            1,
+            Box::new(|_, _| Box::pin(async { Ok(1) })),
+            reply.into(),
+        ));
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(1), answer)
+            .await
+            .expect("answered at once")
+            .expect("a reply, not a dropped port");
+        assert!(
+            matches!(answered, Err(crate::storage::StoreError::Unavailable(_))),
+            "{answered:?}"
+        );
     }
 }

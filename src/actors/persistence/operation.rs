@@ -107,8 +107,15 @@ impl Operation {
         }
     }
 
+    /// Answers the operation with `error` without running it (no lane serves it): its caller
+    /// hears at once, whatever the type of the answer it waits for.
+    pub fn fail(self, error: StoreError) {
+        self.job.fail(error);
+    }
+
     /// Answers the operation without running it: for a stand-in of Persistence in a test. An
     /// answer of another type than the operation's is dropped, and its caller sees no reply.
+    #[doc(hidden)]
     pub fn answer<T: Send + 'static>(self, result: Result<T, StoreError>) {
         self.job.answer(Box::new(result));
     }
@@ -130,6 +137,7 @@ impl Operation {
                 kind,
                 rows,
                 limited,
+                probe: class == Class::Probe,
             },
         )
         .await;
@@ -139,6 +147,8 @@ impl Operation {
 /// An operation with its result type erased, so that one message carries any of them.
 trait Job: Send {
     fn run<'a>(self: Box<Self>, worker: &'a mut Worker, meta: Meta) -> BoxFuture<'a, ()>;
+
+    fn fail(self: Box<Self>, error: StoreError);
 
     fn answer(self: Box<Self>, result: Box<dyn Any + Send>);
 }
@@ -155,6 +165,10 @@ impl<T: Send + 'static> Job for Typed<T> {
             let result = worker.execute(meta, work).await;
             let _ = reply.send(result);
         })
+    }
+
+    fn fail(self: Box<Self>, error: StoreError) {
+        let _ = self.reply.send(Err(error));
     }
 
     fn answer(self: Box<Self>, result: Box<dyn Any + Send>) {

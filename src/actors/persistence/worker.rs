@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
-use super::{ABANDON_CLOSE_TIMEOUT, PROBE, Setup};
+use super::{ABANDON_CLOSE_TIMEOUT, Setup};
 use crate::health::PROBE_TIMEOUT;
 use crate::storage::db::DatabaseTarget;
 use crate::storage::{Claimant, Store, StoreError};
@@ -40,6 +40,8 @@ pub(super) struct Meta {
     pub rows: usize,
     /// Stopped past the read time limit.
     pub limited: bool,
+    /// The health probe, which has a shorter deadline of its own.
+    pub probe: bool,
 }
 
 /// How long operations are answered "unavailable" at once, on PostgreSQL, after the database
@@ -71,10 +73,10 @@ impl Worker {
 
     /// The deadline of an operation: `[postgres] operation_timeout` on PostgreSQL (the probe's
     /// shorter one for the probe); none on SQLite.
-    fn deadline(&self, operation: &str) -> Option<Duration> {
+    fn deadline(&self, probe: bool) -> Option<Duration> {
         match self.setup.database {
             DatabaseTarget::Sqlite { .. } => None,
-            DatabaseTarget::Postgres { .. } if operation == PROBE => {
+            DatabaseTarget::Postgres { .. } if probe => {
                 Some(PROBE_TIMEOUT.min(self.setup.postgres.operation_timeout))
             }
             DatabaseTarget::Postgres { .. } => Some(self.setup.postgres.operation_timeout),
@@ -84,7 +86,7 @@ impl Worker {
     /// Opens the connection now, so that the first operation finds it; a failure is logged and
     /// the first operation tries again.
     pub(super) async fn warm_up(&mut self) {
-        let deadline = self.deadline("open");
+        let deadline = self.deadline(false);
         let lane = self.lane;
         let (opened, _) = within(deadline, "open", async { self.open().await.map(|_| ()) }).await;
         if let Err(e) = opened {
@@ -99,7 +101,7 @@ impl Worker {
     pub(super) async fn execute<T>(&mut self, meta: Meta, work: Work<T>) -> Result<T, StoreError> {
         let started = Instant::now();
         let setup = self.setup.clone();
-        let deadline = self.deadline(meta.name);
+        let deadline = self.deadline(meta.probe);
         let limit = meta.limited.then_some(setup.read_timeout);
         // Only the writing lanes speak for the database's health: a slow read is the reader's.
         let watched = deadline.is_some() && !self.reader;
@@ -163,7 +165,7 @@ impl Worker {
     /// would otherwise each wait that long in turn, their callers' patience running out long
     /// after the server is back.
     fn pause_reopening(&mut self, cause: &StoreError) {
-        if self.deadline("open").is_some() {
+        if self.deadline(false).is_some() {
             let cause = match cause {
                 StoreError::Unavailable(cause) => cause.clone(),
                 other => other.to_string(),
@@ -189,7 +191,7 @@ impl Worker {
         let Some(store) = self.store.take() else {
             return;
         };
-        let closed = match self.deadline("close") {
+        let closed = match self.deadline(false) {
             None => store.close().await,
             Some(_) => tokio::time::timeout(ABANDON_CLOSE_TIMEOUT, store.close())
                 .await
@@ -231,7 +233,7 @@ impl Worker {
                             "the database does not accept writes; not ready until it does");
                     }
                     health.storage_failed(e.to_string());
-                    if self.deadline(operation).is_some() {
+                    if self.deadline(false).is_some() {
                         // A server that stopped answering would hold the close too.
                         self.abandon();
                     } else if let Some(store) = self.store.take()
