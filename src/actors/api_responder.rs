@@ -16,7 +16,6 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -25,7 +24,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::registry::Registry;
 use super::supervisor::NamedActor;
-use crate::backoff;
+use crate::backoff::Retries;
 use crate::domain::Subjects;
 use crate::domain::api::ApiError;
 use crate::ports::{ApiRequest, ApiServer, Clock, CommandPublisher};
@@ -38,8 +37,6 @@ use handler::Handler;
 
 /// Requests waiting or handled, all tenants together; past this, receiving waits.
 pub const MAX_QUEUED: usize = 4_096;
-const FIRST_RETRY: Duration = Duration::from_millis(100);
-const MAX_RETRY: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 pub struct ApiResponder;
@@ -63,7 +60,7 @@ pub struct ApiResponderState {
     args: ApiResponderArgs,
     /// The task receiving requests; aborted (stopping the service) when the actor ends.
     serving: Option<AbortOnDropHandle<()>>,
-    failed_starts: u32,
+    failed_starts: Retries,
 }
 
 pub enum ApiResponderMsg {
@@ -86,7 +83,7 @@ impl Actor for ApiResponder {
         Ok(ApiResponderState {
             args,
             serving: None,
-            failed_starts: 0,
+            failed_starts: Retries::default(),
         })
     }
 
@@ -122,15 +119,14 @@ impl Actor for ApiResponder {
                         prefix = state.args.subjects.api_prefix(),
                         "answering the query and cancel API"
                     );
-                    state.failed_starts = 0;
+                    state.failed_starts.succeeded();
                     let handler = Handler::new(&state.args);
                     let per_tenant = state.args.max_in_flight_per_tenant.max(1);
                     let task = tokio::spawn(serve(requests, handler, per_tenant, myself.clone()));
                     state.serving = Some(AbortOnDropHandle::new(task));
                 }
                 Err(e) => {
-                    state.failed_starts += 1;
-                    let delay = backoff::exponential(state.failed_starts, FIRST_RETRY, MAX_RETRY);
+                    let delay = state.failed_starts.failed();
                     tracing::warn!(actor = ApiResponder::NAME, error = %e,
                         retry_in_ms = delay.as_millis() as u64, "cannot start the API");
                     myself.send_after(delay, || ApiResponderMsg::Start);

@@ -13,17 +13,17 @@
 //! inherits their writing.
 //!
 //! Like Persistence, it treats storage faults as outages: a failed checkpoint closes its
-//! connection, the next attempt (at the next interval) opens a fresh one, and it never fails the
-//! actor. It also reopens when the path names another file than the one it has open.
+//! connection, the next attempt (at the next interval: attempts are not spaced out further, a
+//! failing checkpoint costs little and once space is back the WAL stops growing into it only
+//! after a checkpoint) opens a fresh one, and it never fails the actor (`periodic`). It also
+//! reopens when the path names another file than the one it has open.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
-
+use super::periodic::{Every, Next, Periodic};
 use super::registry::Registry;
-use super::supervisor::NamedActor;
 use sea_orm::{DatabaseConnection, DbErr};
 
 use crate::storage::SqliteSettings;
@@ -34,17 +34,9 @@ use crate::storage::db::{Checkpoint, DatabaseTarget, FileIdentity, checkpoint, c
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 /// WAL size (pages of 4 KiB) above which a fully copied WAL is started again from its beginning.
 pub const RESTART_ABOVE_PAGES: i64 = 16_384;
-/// While checkpoints fail, every this many attempts is logged as a warning (the others at
-/// debug). Attempts themselves are not spaced out: a failing checkpoint costs little, and once
-/// space is back the WAL stops growing into it only after a checkpoint.
-const WARN_EVERY: u32 = 60;
 
-#[derive(Default)]
-pub struct Checkpointer;
-
-impl NamedActor for Checkpointer {
-    const NAME: &'static str = "checkpointer";
-}
+/// The Checkpointer actor: a checkpoint per round ([`Every`]).
+pub type Checkpointer = Every<WalCheckpoints>;
 
 #[derive(Debug, Clone)]
 pub struct CheckpointerArgs {
@@ -53,12 +45,11 @@ pub struct CheckpointerArgs {
     pub sqlite: SqliteSettings,
 }
 
-pub struct CheckpointerState {
+/// The Checkpointer's work and what it keeps between rounds.
+pub struct WalCheckpoints {
     args: CheckpointerArgs,
     /// The open connection and the file it opened; `None` after a failure.
     db: Option<Opened>,
-    /// Consecutive failed attempts.
-    failures: u32,
     /// What the last pass reported: an idle WAL reports the same again, and needs no flush.
     last: Option<Checkpoint>,
 }
@@ -71,99 +62,62 @@ struct Opened {
     file: Arc<std::fs::File>,
 }
 
-pub enum CheckpointerMsg {
-    Checkpoint,
-}
+impl Periodic for WalCheckpoints {
+    const NAME: &'static str = "checkpointer";
+    const EVERY: Duration = CHECKPOINT_INTERVAL;
+    /// The first 100 ms after the start: the writer has just opened the file.
+    const AT_START: bool = false;
+    type Args = CheckpointerArgs;
 
-impl Actor for Checkpointer {
-    type Msg = CheckpointerMsg;
-    type State = CheckpointerState;
-    type Arguments = CheckpointerArgs;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: CheckpointerArgs,
-    ) -> Result<CheckpointerState, ActorProcessingErr> {
-        Ok(CheckpointerState {
+    fn new(args: CheckpointerArgs) -> Self {
+        Self {
             args,
             db: None,
-            failures: 0,
             last: None,
-        })
-    }
-
-    async fn post_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        _state: &mut CheckpointerState,
-    ) -> Result<(), ActorProcessingErr> {
-        // The interval task ends by itself once this actor has stopped.
-        myself.send_interval(CHECKPOINT_INTERVAL, || CheckpointerMsg::Checkpoint);
-        Ok(())
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut CheckpointerState,
-    ) -> Result<(), ActorProcessingErr> {
-        if let Some(opened) = state.db.take() {
-            opened.db.close().await?;
         }
-        Ok(())
     }
 
-    async fn handle(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        message: CheckpointerMsg,
-        state: &mut CheckpointerState,
-    ) -> Result<(), ActorProcessingErr> {
-        match message {
-            CheckpointerMsg::Checkpoint => {
-                let started = std::time::Instant::now();
-                match run_checkpoint(state).await {
-                    Ok(done) => {
-                        if state.failures > 0 {
-                            tracing::info!(
-                                actor = "checkpointer",
-                                attempts = state.failures,
-                                "WAL checkpoints work again"
-                            );
-                            state.failures = 0;
-                        }
-                        tracing::debug!(
-                            actor = "checkpointer",
-                            wal_pages = done.wal_pages,
-                            checkpointed_pages = done.checkpointed_pages,
-                            elapsed_us = started.elapsed().as_micros() as u64,
-                            "WAL checkpointed"
-                        )
-                    }
-                    Err(e) => {
-                        if let Some(opened) = state.db.take() {
-                            let _ = opened.db.close().await;
-                        }
-                        state.failures += 1;
-                        if state.failures % WARN_EVERY == 1 {
-                            tracing::warn!(actor = "checkpointer", error = %e,
-                                attempt = state.failures, "WAL checkpoint failed; retrying");
-                        } else {
-                            tracing::debug!(actor = "checkpointer", error = %e,
-                                attempt = state.failures, "WAL checkpoint failed");
-                        }
-                    }
+    fn registry(&self) -> &Registry {
+        &self.args.registry
+    }
+
+    /// One pass; a failure closes the connection, and the next attempt opens a fresh one.
+    async fn round(&mut self) -> Result<Next, String> {
+        let started = std::time::Instant::now();
+        match run_checkpoint(self).await {
+            Ok(done) => {
+                tracing::debug!(
+                    actor = Self::NAME,
+                    wal_pages = done.wal_pages,
+                    checkpointed_pages = done.checkpointed_pages,
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "WAL checkpointed"
+                );
+                Ok(Next::Scheduled)
+            }
+            Err(e) => {
+                if let Some(opened) = self.db.take() {
+                    let _ = opened.db.close().await;
                 }
+                Err(e.to_string())
             }
         }
-        Ok(())
+    }
+
+    fn failed(&self) -> &'static str {
+        "WAL checkpoint failed"
+    }
+
+    async fn stop(&mut self) {
+        if let Some(opened) = self.db.take() {
+            let _ = opened.db.close().await;
+        }
     }
 }
 
 /// One checkpoint on a connection to the file now at the path: opened when missing, reopened
 /// when the path names another file. A small cache: checkpointing reads the WAL, not the tables.
-async fn run_checkpoint(state: &mut CheckpointerState) -> Result<Checkpoint, DbErr> {
+async fn run_checkpoint(state: &mut WalCheckpoints) -> Result<Checkpoint, DbErr> {
     let path = &state.args.db_path;
     let file_error =
         |e: std::io::Error| DbErr::Custom(format!("database file {}: {e}", path.display()));

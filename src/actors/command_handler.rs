@@ -19,7 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::registry::Registry;
 use super::supervisor::NamedActor;
-use crate::backoff;
+use crate::backoff::Retries;
 use crate::domain::{CommandLimits, Subjects};
 use crate::ports::{Clock, CommandSource, CommandSourceFactory, EventBus, InboundCommand};
 use crate::stop::Reserve;
@@ -38,8 +38,6 @@ pub use quota::QuotaHandle;
 /// How long one pull waits for commands before the actor looks at its mailbox again; also the
 /// longest a graceful stop waits for a pull request in flight.
 const FETCH_WAIT: Duration = Duration::from_millis(500);
-const FIRST_RETRY: Duration = Duration::from_millis(100);
-const MAX_SOURCE_BACKOFF: Duration = Duration::from_secs(5);
 /// How long a pull waits for more while commands are already gathered: only what is there.
 const GATHER_WAIT: Duration = Duration::from_millis(1);
 
@@ -69,7 +67,7 @@ pub struct CommandHandlerState {
     args: Arc<CommandHandlerArgs>,
     source: Box<dyn CommandSource>,
     /// Consecutive failed pulls, for the backoff while the broker is away.
-    failed_pulls: u32,
+    failed_pulls: Retries,
     pipeline: Pipeline,
     epochs: Epochs,
 }
@@ -94,7 +92,7 @@ impl Actor for CommandHandler {
         Ok(CommandHandlerState {
             source: args.source.create(),
             args: Arc::new(args),
-            failed_pulls: 0,
+            failed_pulls: Retries::default(),
             pipeline: Pipeline::default(),
             epochs: Epochs::new(),
         })
@@ -154,9 +152,8 @@ impl Actor for CommandHandler {
                 let wait = if gathering { GATHER_WAIT } else { FETCH_WAIT };
                 match state.source.next_batch(state.args.batch_size, wait).await {
                     Ok(commands) => {
-                        if state.failed_pulls > 0 {
+                        if state.failed_pulls.succeeded() > 0 {
                             tracing::info!(actor = "command_handler", "pulling commands again");
-                            state.failed_pulls = 0;
                         }
                         if commands.is_empty() && gathering {
                             // Nothing more to gather now: wait for room for what is gathered.
@@ -168,12 +165,7 @@ impl Actor for CommandHandler {
                         myself.cast(CommandHandlerMsg::Fetch)?;
                     }
                     Err(e) => {
-                        state.failed_pulls += 1;
-                        let delay = backoff::exponential(
-                            state.failed_pulls,
-                            FIRST_RETRY,
-                            MAX_SOURCE_BACKOFF,
-                        );
+                        let delay = state.failed_pulls.failed();
                         tracing::warn!(actor = "command_handler", error = %e,
                             retry_in_ms = delay.as_millis() as u64, "cannot pull commands");
                         myself.send_after(delay, || CommandHandlerMsg::Fetch);

@@ -5,28 +5,22 @@
 //! Counting walks the pending index, which takes long with millions of timers, so the counts
 //! are reads of the daemon's own on Persistence's reader connections, never on the writer's
 //! where they would hold up firing; they take their turn there beside the tenants' API reads. A
-//! failed count is skipped (the gauge keeps its last value) and tried again at the next
-//! [`INTERVAL`].
+//! failed count leaves the gauges as they were and is tried again by the one retry policy,
+//! within the [`INTERVAL`] (`periodic`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
-
+use super::periodic::{Every, Next, Periodic};
 use super::persistence::{CallError, PersistenceClient};
 use super::registry::Registry;
-use super::supervisor::NamedActor;
 use crate::ports::Clock;
 
 /// How often pending timers are counted.
 pub const INTERVAL: Duration = Duration::from_secs(10);
 
-#[derive(Default)]
-pub struct Gauges;
-
-impl NamedActor for Gauges {
-    const NAME: &'static str = "gauges";
-}
+/// The Gauges actor: counts, round after round ([`Every`]).
+pub type Gauges = Every<Counts>;
 
 #[derive(Clone)]
 pub struct GaugesArgs {
@@ -35,49 +29,33 @@ pub struct GaugesArgs {
     pub clock: Arc<dyn Clock>,
 }
 
-pub enum GaugesMsg {
-    Refresh,
-}
+/// The Gauges' work: one count of everything per round.
+pub struct Counts(GaugesArgs);
 
-impl Actor for Gauges {
-    type Msg = GaugesMsg;
-    type State = GaugesArgs;
-    type Arguments = GaugesArgs;
+impl Periodic for Counts {
+    const NAME: &'static str = "gauges";
+    const EVERY: Duration = INTERVAL;
+    const AT_START: bool = true;
+    type Args = GaugesArgs;
 
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: GaugesArgs,
-    ) -> Result<GaugesArgs, ActorProcessingErr> {
-        Ok(args)
+    fn new(args: GaugesArgs) -> Self {
+        Self(args)
     }
 
-    async fn post_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        _state: &mut GaugesArgs,
-    ) -> Result<(), ActorProcessingErr> {
-        // The interval task ends by itself once this actor has stopped.
-        myself.send_interval(INTERVAL, || GaugesMsg::Refresh);
-        myself.cast(GaugesMsg::Refresh)?;
-        Ok(())
+    fn registry(&self) -> &Registry {
+        &self.0.registry
     }
 
-    async fn handle(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        message: GaugesMsg,
-        state: &mut GaugesArgs,
-    ) -> Result<(), ActorProcessingErr> {
-        match message {
-            GaugesMsg::Refresh => {
-                let persistence = state.registry.persistence();
-                if let Err(e) = count(&persistence, state.clock.as_ref()).await {
-                    tracing::debug!(actor = Gauges::NAME, error = %e, "cannot count pending timers");
-                }
-            }
-        }
-        Ok(())
+    async fn round(&mut self) -> Result<Next, String> {
+        let persistence = self.0.registry.persistence();
+        count(&persistence, self.0.clock.as_ref())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Next::Scheduled)
+    }
+
+    fn failed(&self) -> &'static str {
+        "pending timers not counted"
     }
 }
 

@@ -7,16 +7,15 @@
 //! message at a time, with a [`PAUSE`] between two. A step is sized to hold the writer about
 //! [`STEP_TARGET`] ([`Step`]): a due timer's claim waits at most for the one step running, and
 //! a backlog of a million finished rows is worked off without moving firing's lateness. A
-//! sweep runs every [`INTERVAL`] and goes on step after step while a step comes back full. A
-//! failed step (storage failing) waits for the next sweep; the Janitor never fails over it.
+//! sweep starts [`INTERVAL`] after the last one ended and goes on step after step while a step
+//! comes back full. A failed step (storage failing) is retried by the one retry policy, within
+//! the interval (`periodic`); the Janitor never fails over it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
-
+use super::periodic::{Every, Next, Periodic};
 use super::registry::Registry;
-use super::supervisor::NamedActor;
 use crate::ports::Clock;
 
 /// How long one step may hold the writer: a claim that arrives meanwhile waits that long at
@@ -35,12 +34,8 @@ pub const PAUSE: Duration = Duration::from_millis(10);
 /// Time between sweeps.
 pub const INTERVAL: Duration = Duration::from_secs(60);
 
-#[derive(Default)]
-pub struct Janitor;
-
-impl NamedActor for Janitor {
-    const NAME: &'static str = "janitor";
-}
+/// The Janitor: retention, round after round ([`Every`]).
+pub type Janitor = Every<Retention>;
 
 #[derive(Clone)]
 pub struct JanitorArgs {
@@ -50,100 +45,72 @@ pub struct JanitorArgs {
     pub keep_finished: Duration,
 }
 
-pub struct JanitorState {
+/// The Janitor's work: a sweep of steps, one per round.
+pub struct Retention {
     args: JanitorArgs,
     step: Step,
     /// Rows deleted in the sweep under way.
     swept: u64,
-    /// A sweep is under way (its next batch is planned): the interval starts no second one,
-    /// which would double the pace and, minute after minute, pile up more.
-    sweeping: bool,
 }
 
-pub enum JanitorMsg {
-    /// The interval: start a sweep unless one is under way.
-    Sweep,
-    /// The next batch of the sweep under way.
-    Continue,
-}
+impl Periodic for Retention {
+    const NAME: &'static str = "janitor";
+    const EVERY: Duration = INTERVAL;
+    const AT_START: bool = true;
+    type Args = JanitorArgs;
 
-impl Actor for Janitor {
-    type Msg = JanitorMsg;
-    type State = JanitorState;
-    type Arguments = JanitorArgs;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: JanitorArgs,
-    ) -> Result<JanitorState, ActorProcessingErr> {
-        Ok(JanitorState {
+    fn new(args: JanitorArgs) -> Self {
+        if args.keep_finished.is_zero() {
+            tracing::info!(
+                actor = Self::NAME,
+                "retention off: finished timers are kept"
+            );
+        }
+        Self {
             args,
             step: Step::default(),
             swept: 0,
-            sweeping: false,
-        })
+        }
     }
 
-    async fn post_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        state: &mut JanitorState,
-    ) -> Result<(), ActorProcessingErr> {
-        if state.args.keep_finished.is_zero() {
-            tracing::info!(
-                actor = Janitor::NAME,
-                "retention off: finished timers are kept"
-            );
-            return Ok(());
-        }
-        // The interval task ends by itself once this actor has stopped.
-        myself.send_interval(INTERVAL, || JanitorMsg::Sweep);
-        myself.cast(JanitorMsg::Sweep)?;
-        Ok(())
+    fn registry(&self) -> &Registry {
+        &self.args.registry
     }
 
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        message: JanitorMsg,
-        state: &mut JanitorState,
-    ) -> Result<(), ActorProcessingErr> {
-        match message {
-            JanitorMsg::Sweep if state.sweeping => {}
-            JanitorMsg::Sweep | JanitorMsg::Continue => {
-                state.sweeping = false;
-                let keep = state.args.keep_finished;
-                let rows = state.step.rows();
-                match state
-                    .args
-                    .registry
-                    .persistence()
-                    .delete_finished(state.args.clock.now(), keep, rows)
-                    .await
-                {
-                    Ok((deleted, took)) => {
-                        state.step.took(took);
-                        metrics::counter!(crate::telemetry::RETENTION_DELETED).increment(deleted);
-                        state.swept += deleted;
-                        if deleted as usize >= rows {
-                            state.sweeping = true;
-                            myself.send_after(PAUSE, || JanitorMsg::Continue);
-                        } else if state.swept > 0 {
-                            tracing::info!(actor = Janitor::NAME, deleted = state.swept,
-                                keep = ?keep, "finished timers deleted");
-                            state.swept = 0;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(actor = Janitor::NAME, error = %e,
-                            "finished timers not deleted; trying again at the next sweep");
-                        state.swept = 0;
-                    }
-                }
-            }
+    fn enabled(&self) -> bool {
+        !self.args.keep_finished.is_zero()
+    }
+
+    /// One step of the sweep: the next [`PAUSE`] after it while steps come back full.
+    async fn round(&mut self) -> Result<Next, String> {
+        let keep = self.args.keep_finished;
+        let rows = self.step.rows();
+        let deleted = self
+            .args
+            .registry
+            .persistence()
+            .delete_finished(self.args.clock.now(), keep, rows)
+            .await;
+        let (deleted, took) = deleted.map_err(|e| {
+            self.swept = 0;
+            e.to_string()
+        })?;
+        self.step.took(took);
+        metrics::counter!(crate::telemetry::RETENTION_DELETED).increment(deleted);
+        self.swept += deleted;
+        if deleted as usize >= rows {
+            return Ok(Next::After(PAUSE));
         }
-        Ok(())
+        if self.swept > 0 {
+            tracing::info!(actor = Self::NAME, deleted = self.swept, keep = ?keep,
+                "finished timers deleted");
+            self.swept = 0;
+        }
+        Ok(Next::Scheduled)
+    }
+
+    fn failed(&self) -> &'static str {
+        "finished timers not deleted"
     }
 }
 

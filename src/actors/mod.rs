@@ -6,7 +6,8 @@
 //! Each actor is a [`NamedActor`]; the daemon hands the [`Supervisor`] one [`ChildSpec`] per
 //! actor (in start order), so adding an actor is adding its module and one spec. Actors find
 //! each other by name through the [`Registry`], at each use; calls to [`Persistence`] go
-//! through [`PersistenceClient`].
+//! through [`PersistenceClient`]. The actors that work on a schedule (Janitor, Gauges,
+//! Checkpointer, Sweeper) are each one [`periodic::Periodic`] run by one base actor.
 
 pub mod api_responder;
 pub mod checkpointer;
@@ -14,6 +15,7 @@ pub mod command_handler;
 pub mod gauges;
 pub mod http;
 pub mod janitor;
+pub mod periodic;
 pub mod persistence;
 pub mod poller;
 pub mod registry;

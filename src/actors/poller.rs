@@ -18,6 +18,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::registry::Registry;
 use super::supervisor::NamedActor;
+use crate::backoff::Retries;
 use crate::domain::Subjects;
 use crate::ports::{Clock, EventBus};
 
@@ -112,7 +113,7 @@ pub struct PollerState {
     wake: WakeUps,
     /// Consecutive failures (claims, marks, publishes), for the retry backoff; none once a
     /// batch is published again.
-    failures: u32,
+    failures: Retries,
 }
 
 impl Actor for Poller {
@@ -135,7 +136,7 @@ impl Actor for Poller {
             run: None,
             fairness: Fairness::default(),
             marks: Marks::default(),
-            failures: 0,
+            failures: Retries::new(firing::RETRY),
         })
     }
 

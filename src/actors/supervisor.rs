@@ -18,7 +18,7 @@ use ractor::{
 };
 
 use super::registry::Registry;
-use crate::backoff;
+use crate::backoff::Retry;
 use crate::config::SupervisorSettings;
 use crate::health::Health;
 use crate::stop::Reserve;
@@ -262,11 +262,8 @@ async fn child_down(
         myself.stop(Some(reason));
         return;
     }
-    let delay = backoff::exponential(
-        u32::try_from(attempt).unwrap_or(u32::MAX),
-        settings.min_backoff,
-        settings.max_backoff,
-    );
+    let delay = Retry::new(settings.min_backoff, settings.max_backoff)
+        .delay(u32::try_from(attempt).unwrap_or(u32::MAX));
     tracing::warn!(
         actor = name,
         attempt,

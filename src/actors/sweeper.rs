@@ -8,10 +8,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 
 use super::command_handler::{CommandHandler, CommandHandlerMsg};
+use super::periodic::{Every, Next, Periodic};
 use super::registry::Registry;
 use super::supervisor::NamedActor;
 use crate::ports::{InboundCommand, UnreadCommands};
@@ -24,12 +24,8 @@ const MAX_PER_LOOK: usize = 1_000;
 /// is handed over again only after this.
 const HAND_AGAIN_AFTER: Duration = Duration::from_secs(30);
 
-#[derive(Default)]
-pub struct Sweeper;
-
-impl NamedActor for Sweeper {
-    const NAME: &'static str = "sweeper";
-}
+/// The Sweeper actor: a look per round ([`Every`]).
+pub type Sweeper = Every<StrayCommands>;
 
 #[derive(Clone)]
 pub struct SweeperArgs {
@@ -40,7 +36,8 @@ pub struct SweeperArgs {
 /// A command by its stream incarnation and sequence.
 type Key = (i64, u64);
 
-pub struct SweeperState {
+/// The Sweeper's work and what it remembers between looks.
+pub struct StrayCommands {
     args: SweeperArgs,
     /// What the last look found.
     seen: HashSet<Key>,
@@ -48,62 +45,43 @@ pub struct SweeperState {
     handed: HashMap<Key, Instant>,
 }
 
-pub enum SweeperMsg {
-    Look,
-}
+impl Periodic for StrayCommands {
+    const NAME: &'static str = "sweeper";
+    /// Each look is planned once the last is done: a look held up by a broker that does not
+    /// answer (its requests bounded at 5 s each) does not pile looks up behind it.
+    const EVERY: Duration = EVERY;
+    const AT_START: bool = false;
+    type Args = SweeperArgs;
 
-impl Actor for Sweeper {
-    type Msg = SweeperMsg;
-    type State = SweeperState;
-    type Arguments = SweeperArgs;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: SweeperArgs,
-    ) -> Result<SweeperState, ActorProcessingErr> {
-        Ok(SweeperState {
+    fn new(args: SweeperArgs) -> Self {
+        Self {
             args,
             seen: HashSet::new(),
             handed: HashMap::new(),
-        })
-    }
-
-    async fn post_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        _state: &mut SweeperState,
-    ) -> Result<(), ActorProcessingErr> {
-        // Each look asks for the next once it is done: a look held up by a broker that does
-        // not answer (its requests bounded at 5 s each) does not pile looks up behind it.
-        myself.send_after(EVERY, || SweeperMsg::Look);
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        message: SweeperMsg,
-        state: &mut SweeperState,
-    ) -> Result<(), ActorProcessingErr> {
-        match message {
-            SweeperMsg::Look => {
-                look(state).await;
-                myself.send_after(EVERY, || SweeperMsg::Look);
-            }
         }
-        Ok(())
+    }
+
+    fn registry(&self) -> &Registry {
+        &self.args.registry
+    }
+
+    async fn round(&mut self) -> Result<Next, String> {
+        look(self).await?;
+        Ok(Next::Scheduled)
+    }
+
+    fn failed(&self) -> &'static str {
+        "cannot look for unread commands"
     }
 }
 
-async fn look(state: &mut SweeperState) {
-    let found = match state.args.strays.unread(MAX_PER_LOOK).await {
-        Ok(found) => found,
-        Err(e) => {
-            tracing::debug!(actor = Sweeper::NAME, error = %e, "cannot look for unread commands");
-            return;
-        }
-    };
+async fn look(state: &mut StrayCommands) -> Result<(), String> {
+    let found = state
+        .args
+        .strays
+        .unread(MAX_PER_LOOK)
+        .await
+        .map_err(|e| e.to_string())?;
     let now = Instant::now();
     state
         .handed
@@ -116,22 +94,23 @@ async fn look(state: &mut SweeperState) {
         .collect();
     state.seen = seen;
     if ready.is_empty() {
-        return;
+        return Ok(());
     }
     let Some(handler) = state
         .args
         .registry
         .get::<CommandHandlerMsg>(CommandHandler::NAME)
     else {
-        return;
+        return Ok(());
     };
     let keys: Vec<Key> = ready.iter().map(key).collect();
     tracing::info!(
-        actor = Sweeper::NAME,
+        actor = StrayCommands::NAME,
         commands = ready.len(),
         "commands no consumer reads handed to the command handler"
     );
     if handler.cast(CommandHandlerMsg::Deliver(ready)).is_ok() {
         state.handed.extend(keys.into_iter().map(|k| (k, now)));
     }
+    Ok(())
 }

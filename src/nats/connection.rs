@@ -6,14 +6,13 @@ use std::time::Duration;
 use async_nats::{Client, ConnectOptions, Event, jetstream};
 
 use super::link::LinkWatch;
-use crate::backoff;
+use crate::backoff::Retry;
 use crate::config::{NatsSettings, redact_url};
 
-/// Upper bound of the reconnect backoff: how long after the broker returns the daemon may take
-/// to notice, beside an attempt under way (`connect_timeout`) that a silent path holds up. An
-/// attempt a second costs a broker that is down nothing.
-const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(50);
-const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+/// The reconnect policy, 50 ms to 1 s. Its bound is how long after the broker returns the
+/// daemon may take to notice, beside an attempt under way (`connect_timeout`) that a silent
+/// path holds up. An attempt a second costs a broker that is down nothing.
+const RECONNECT: Retry = Retry::new(Duration::from_millis(50), Duration::from_secs(1));
 /// How long a JetStream request or PubAck may take before it counts as failed and is retried.
 pub const JETSTREAM_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -213,11 +212,7 @@ pub async fn connect(
         .connection_timeout(settings.connect_timeout)
         .reconnect_delay_callback(|attempts| match attempts {
             0 => Duration::ZERO,
-            n => backoff::exponential(
-                u32::try_from(n).unwrap_or(u32::MAX),
-                FIRST_RECONNECT_DELAY,
-                MAX_RECONNECT_DELAY,
-            ),
+            n => RECONNECT.delay(u32::try_from(n).unwrap_or(u32::MAX)),
         })
         .event_callback(move |event| {
             let link = events.upgrade();

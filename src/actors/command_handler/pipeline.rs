@@ -13,7 +13,7 @@ use ractor::concurrency::JoinHandle;
 
 use super::CommandHandlerArgs;
 use super::storing::{Accepted, Stored, store};
-use crate::backoff;
+use crate::backoff::Retries;
 
 /// Transactions handed to Persistence and not yet acknowledged, at most. One: the writer runs
 /// them one after another anyway, and everything that arrives while one commits joins the
@@ -27,9 +27,6 @@ pub const GROUP_MAX: usize = 4_000;
 /// or three commands each kept Persistence busy and delayed the Poller's claims; gathered for
 /// this long, they share one fsync. A command arriving after a quiet spell is committed at once.
 const COMMIT_SPACING: Duration = Duration::from_millis(5);
-const FIRST_RETRY: Duration = Duration::from_millis(100);
-/// Longest wait between two attempts to store while the database fails.
-const MAX_STORE_BACKOFF: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 pub(super) struct Pipeline {
@@ -39,9 +36,9 @@ pub(super) struct Pipeline {
     storing: VecDeque<JoinHandle<Stored>>,
     /// When the last transaction was handed to Persistence (see [`COMMIT_SPACING`]).
     last_commit: Option<tokio::time::Instant>,
-    /// Consecutive attempts that could not store their batch; while non-zero, one batch at a
-    /// time is handed to Persistence.
-    failed_stores: u32,
+    /// Consecutive attempts that could not store their batch (the one retry policy); while
+    /// any, one batch at a time is handed to Persistence.
+    failed_stores: Retries,
     /// Outcomes collected since the last check: whether a batch was stored, and the last cause
     /// of a batch that was not.
     stored_any: bool,
@@ -125,26 +122,28 @@ impl Pipeline {
         while self
             .storing
             .front()
-            .is_some_and(|oldest| oldest.is_finished() || self.failed_stores > 0)
+            .is_some_and(|oldest| oldest.is_finished() || self.failed_stores.failures() > 0)
         {
             self.settle_oldest().await;
         }
         if let Some(cause) = self.store_failure.take() {
             self.stored_any = false;
-            self.failed_stores += 1;
-            let delay = backoff::exponential(self.failed_stores, FIRST_RETRY, MAX_STORE_BACKOFF);
-            tracing::error!(actor = "command_handler", error = %cause, attempt = self.failed_stores,
+            let delay = self.failed_stores.failed();
+            tracing::error!(actor = "command_handler", error = %cause,
+                attempt = self.failed_stores.failures(),
                 retry_in_ms = delay.as_millis() as u64,
                 "commands not stored; they stay in the broker and are retried");
             return Some(delay);
         }
-        if std::mem::take(&mut self.stored_any) && self.failed_stores > 0 {
-            tracing::info!(
-                actor = "command_handler",
-                attempts = self.failed_stores,
-                "storing commands again"
-            );
-            self.failed_stores = 0;
+        if std::mem::take(&mut self.stored_any) {
+            let attempts = self.failed_stores.succeeded();
+            if attempts > 0 {
+                tracing::info!(
+                    actor = "command_handler",
+                    attempts,
+                    "storing commands again"
+                );
+            }
         }
         None
     }

@@ -15,15 +15,14 @@ use super::phase::{Claim, NextClaim, Phase, Round};
 use super::queue::Waiting;
 use super::run::Run;
 use super::{PollerMsg, PollerState, claim_size, hold_limit};
-use crate::backoff;
+use crate::backoff::Retry;
 use crate::domain::DueTimer;
 use crate::stop::Reserve;
 
-const FIRST_RETRY: Duration = Duration::from_millis(100);
-/// Short enough that firing resumes within seconds once a lost broker link is back: a batch
-/// published into the lost link fails only as its PubAck wait ends, after the reconnection, and
-/// each failure starts the backoff anew.
-const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(2);
+/// The retry policy, at most 2 s: short enough that firing resumes within seconds once a lost
+/// broker link is back (a batch published into the lost link fails only as its PubAck wait
+/// ends, after the reconnection, and each failure starts the backoff anew).
+pub(super) const RETRY: Retry = Retry::new(Duration::from_millis(100), Duration::from_secs(2));
 
 impl PollerState {
     /// The next step, once nothing is at Persistence.
@@ -96,9 +95,8 @@ impl PollerState {
                 }
                 self.retry_later(myself);
             }
-            None if published_any && self.failures > 0 => {
+            None if published_any && self.failures.succeeded() > 0 => {
                 tracing::info!(actor = "poller", "firing again after failures");
-                self.failures = 0;
             }
             None => {}
         }
@@ -178,8 +176,7 @@ impl PollerState {
     /// Backs off after a failure: no claim before the delay, which doubles while failures
     /// repeat. Monotonic: a backoff is about the broker and the disk, not about timer time.
     pub(super) fn retry_later(&mut self, myself: &ActorRef<PollerMsg>) {
-        self.failures += 1;
-        let delay = backoff::exponential(self.failures, FIRST_RETRY, MAX_RETRY_BACKOFF);
+        let delay = self.failures.failed();
         self.phase = Phase::BackingOff {
             until: Instant::now() + delay,
         };
