@@ -99,8 +99,7 @@ impl Daemon {
         clock: Arc<dyn Clock>,
     ) -> Result<Daemon, DaemonError> {
         let database = DatabaseTarget::of(&config);
-        let shared = matches!(database, DatabaseTarget::Postgres { .. });
-        let name = config.daemon_name(shared);
+        let name = config.daemon_name(database.shared());
         tracing::info!(name = name.as_str(), name_from = name.origin(),
             database = %database.describe(),
             broker_url = %crate::config::redact_url(&config.broker_url), "timer-service starting");
@@ -208,12 +207,12 @@ impl Daemon {
             }),
         ];
         // WAL checkpoints are SQLite's; second in start order, after Persistence.
-        if let storage::db::DatabaseTarget::Sqlite { path, settings } = &database {
+        if let Some((path, settings)) = database.wal_file() {
             children.insert(
                 1,
                 ChildSpec::of::<Checkpointer>(CheckpointerArgs {
                     registry: registry.clone(),
-                    db_path: path.clone(),
+                    db_path: path.to_owned(),
                     sqlite: settings.clone(),
                 }),
             );
@@ -408,7 +407,7 @@ async fn take_name(
 /// Gives up the daemon's name on a shared database, so that a daemon started next under it
 /// (this one restarted, say) takes it at once instead of watching for a live holder.
 async fn release_name(database: &DatabaseTarget, name: &str, until: tokio::time::Instant) {
-    if !matches!(database, DatabaseTarget::Postgres { .. }) {
+    if !database.shared() {
         return;
     }
     let released = tokio::time::timeout_at(until, async {

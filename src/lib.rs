@@ -27,7 +27,8 @@
 //!   by `sqlite/` and `postgres/`, each with its `firing` (claim, mark) and `fair` SQL and its
 //!   clock (`postgres/names` too); one shared module per family of queries: `commands`,
 //!   `firing`, `fair` (claims by tenant in turn), `queries`, `quotas`, `retention`, `probe`;
-//!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints),
+//!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints), `profile`
+//!   (what the rest of the daemon asks of a database instead of matching on it),
 //!   `reader` (reader connections and the time limit of their reads), `backup` (a consistent
 //!   copy of a live SQLite file, for `timer-service backup`).
 //! - [`actors`]: the Supervisor and its children — Persistence (its `lanes`, the `worker` of each

@@ -197,11 +197,7 @@ fn main() -> ExitCode {
 /// The OTLP exporter of the daemon's spans, when `OTEL_EXPORTER_OTLP_ENDPOINT` asks for one; a
 /// setting it cannot follow stops the start, as an invalid configuration does.
 fn spans_exporter(config: &Config) -> Result<Option<telemetry::spans::Exporter>, ExitCode> {
-    let database = if config.database_url.is_some() {
-        "postgresql"
-    } else {
-        "sqlite"
-    };
+    let database = timer_service::storage::db::DatabaseTarget::of(config).system_name();
     // The process's instance id, which the daemon logs with its name once it has taken it: the
     // name itself may be generated later, and several daemons on one host share the host name.
     let instance = timer_service::storage::daemons::instance();

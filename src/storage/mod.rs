@@ -33,6 +33,7 @@ mod commands;
 mod error;
 mod postgres;
 mod probe;
+mod profile;
 mod reader;
 mod refusals;
 mod retention;

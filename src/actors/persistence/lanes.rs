@@ -47,8 +47,8 @@ pub fn layout(database: &DatabaseTarget, read_connections: usize) -> Vec<LaneSpe
         connections: 1,
         reader: false,
     };
-    match database {
-        DatabaseTarget::Sqlite { .. } => vec![
+    match database.firing_connection() {
+        false => vec![
             writer(vec![
                 Rank::Firing,
                 Rank::Probe,
@@ -57,7 +57,7 @@ pub fn layout(database: &DatabaseTarget, read_connections: usize) -> Vec<LaneSpe
             ]),
             reader,
         ],
-        DatabaseTarget::Postgres { .. } => vec![
+        true => vec![
             LaneSpec {
                 name: "firing",
                 ranks: vec![Rank::Firing],

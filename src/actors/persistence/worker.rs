@@ -17,7 +17,6 @@ use futures::future::BoxFuture;
 
 use super::{ABANDON_CLOSE_TIMEOUT, Setup};
 use crate::health::PROBE_TIMEOUT;
-use crate::storage::db::DatabaseTarget;
 use crate::storage::{Claimant, Store, StoreError};
 
 /// Whether an operation writes: only a committed write proves that storage works again.
@@ -71,16 +70,13 @@ impl Worker {
         }
     }
 
-    /// The deadline of an operation: `[postgres] operation_timeout` on PostgreSQL (the probe's
-    /// shorter one for the probe); none on SQLite.
+    /// The deadline of an operation, the database's own (`DatabaseTarget::operation_deadline`);
+    /// the probe's is no longer than the health's wait for it.
     fn deadline(&self, probe: bool) -> Option<Duration> {
-        match self.setup.database {
-            DatabaseTarget::Sqlite { .. } => None,
-            DatabaseTarget::Postgres { .. } if probe => {
-                Some(PROBE_TIMEOUT.min(self.setup.postgres.operation_timeout))
-            }
-            DatabaseTarget::Postgres { .. } => Some(self.setup.postgres.operation_timeout),
-        }
+        let probe_limit = probe.then_some(PROBE_TIMEOUT);
+        self.setup
+            .database
+            .operation_deadline(&self.setup.postgres, probe_limit)
     }
 
     /// Opens the connection now, so that the first operation finds it; a failure is logged and

@@ -1,0 +1,86 @@
+//! What the rest of the daemon needs to know of a database, asked of it here, so that no code
+//! outside `storage/` decides by which database it is: whether daemons share it, whether firing
+//! gets a connection of its own, how long one operation may take, whether it has a WAL to
+//! checkpoint. A third database answers these and nothing outside `storage/` changes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::db::{DatabaseTarget, PostgresSettings, SqliteSettings};
+
+impl DatabaseTarget {
+    /// Several daemons may run on it (PostgreSQL): each registers its name there at start and
+    /// gives it up at a graceful stop. A SQLite file has one daemon.
+    pub fn shared(&self) -> bool {
+        matches!(self, Self::Postgres { .. })
+    }
+
+    /// Its name in telemetry (`db.system.name`).
+    pub fn system_name(&self) -> &'static str {
+        match self {
+            Self::Sqlite { .. } => "sqlite",
+            Self::Postgres { .. } => "postgresql",
+        }
+    }
+
+    /// Claims and marks run on a connection of their own, never behind a command commit's
+    /// fsync (PostgreSQL, whose connections write side by side). SQLite writes on one
+    /// connection at a time: a second writer would only wait for the first one's lock.
+    pub fn firing_connection(&self) -> bool {
+        matches!(self, Self::Postgres { .. })
+    }
+
+    /// The most one operation may take before it is given up: `[postgres] operation_timeout`
+    /// (the health probe's shorter `probe_limit`, when that is less) on a server that may stop
+    /// answering; none on a SQLite file, whose stalls the Checkpointer and the probe's own
+    /// bounded wait watch.
+    pub fn operation_deadline(
+        &self,
+        postgres: &PostgresSettings,
+        probe_limit: Option<Duration>,
+    ) -> Option<Duration> {
+        match self {
+            Self::Sqlite { .. } => None,
+            Self::Postgres { .. } => Some(match probe_limit {
+                Some(limit) => limit.min(postgres.operation_timeout),
+                None => postgres.operation_timeout,
+            }),
+        }
+    }
+
+    /// The file whose write-ahead log the Checkpointer copies in the background (SQLite), with
+    /// its settings.
+    pub fn wal_file(&self) -> Option<(&Path, &SqliteSettings)> {
+        match self {
+            Self::Sqlite { path, settings } => Some((path, settings)),
+            Self::Postgres { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_database_answers_for_itself() {
+        let sqlite = DatabaseTarget::sqlite("/tmp/timers.db");
+        let postgres = DatabaseTarget::Postgres {
+            url: "postgres://localhost/timers".into(),
+        };
+        let settings = PostgresSettings::default();
+        let probe = Some(Duration::from_secs(1));
+        assert!(!sqlite.shared() && postgres.shared());
+        assert!(!sqlite.firing_connection() && postgres.firing_connection());
+        assert_eq!(sqlite.operation_deadline(&settings, probe), None);
+        assert_eq!(
+            postgres.operation_deadline(&settings, None),
+            Some(settings.operation_timeout)
+        );
+        assert_eq!(
+            postgres.operation_deadline(&settings, probe),
+            Some(Duration::from_secs(1))
+        );
+        assert!(sqlite.wal_file().is_some() && postgres.wal_file().is_none());
+    }
+}
