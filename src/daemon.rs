@@ -161,6 +161,7 @@ impl Daemon {
                 batch_size: config.batch_size,
                 polling_interval: config.polling_interval,
                 lease: config.claim_lease,
+                short_writes: database.short_writes_while_sharing(),
             }),
             ChildSpec::of::<CommandHandler>(CommandHandlerArgs {
                 registry: registry.clone(),

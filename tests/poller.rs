@@ -307,6 +307,7 @@ async fn start_poller(
             batch_size: 100,
             polling_interval: Duration::from_secs(3600),
             lease: Duration::from_secs(30),
+            short_writes: false,
         },
     )
     .await

@@ -78,6 +78,9 @@ pub struct PollerArgs {
     pub polling_interval: Duration,
     /// How long a claim holds its timers (`claim_lease`): fences this daemon's own claims.
     pub lease: Duration,
+    /// Keep claims and marks short while tenants share a backlog (`fairness`): the database's
+    /// answer (`DatabaseTarget::short_writes_while_sharing`).
+    pub short_writes: bool,
 }
 
 pub enum PollerMsg {

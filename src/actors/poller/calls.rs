@@ -10,6 +10,7 @@ use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 
+use super::fairness::SHARING_CLAIM;
 use super::marks::{self, Marked};
 use super::phase::{NextClaim, Phase};
 use super::run::Run;
@@ -33,7 +34,8 @@ pub struct Claimed {
 }
 
 enum Answer {
-    Due(Result<DueBatch, CallError>),
+    /// A claim in `dueAt` order of at most this many timers.
+    Due(usize, Result<DueBatch, CallError>),
     Fair(Result<FairBatch, CallError>),
 }
 
@@ -42,11 +44,21 @@ impl PollerState {
     pub(super) fn claim_due(&self, myself: &ActorRef<PollerMsg>) {
         let after = self.run.as_ref().and_then(|run| run.cursor().cloned());
         let fence = self.run.as_ref().map(Run::fence);
-        let limit = claim_size(self.args.batch_size);
+        let limit = match self.short_writes() {
+            true => SHARING_CLAIM.min(claim_size(self.args.batch_size)),
+            false => claim_size(self.args.batch_size),
+        };
         let persistence = self.args.registry.persistence();
-        self.call(myself, Answer::Due, move |now| async move {
+        let answer = move |result| Answer::Due(limit, result);
+        self.call(myself, answer, move |now| async move {
             persistence.claim_due(now, after, limit, fence).await
         });
+    }
+
+    /// Whether this claim or mark is kept to [`SHARING_CLAIM`] timers: tenants share a backlog,
+    /// on a database where that shortens the fair claims' wait (`fairness`).
+    fn short_writes(&self) -> bool {
+        self.args.short_writes && self.fairness.sharing(Instant::now())
     }
 
     /// Claims a share of the due timers of each tenant with none held.
@@ -68,7 +80,7 @@ impl PollerState {
     fn call<T, Call, Fut>(
         &self,
         myself: &ActorRef<PollerMsg>,
-        answer: fn(Result<T, CallError>) -> Answer,
+        answer: impl FnOnce(Result<T, CallError>) -> Answer + Send + 'static,
         claim: Call,
     ) where
         T: Send + 'static,
@@ -106,7 +118,7 @@ impl PollerState {
             started,
         } = claimed;
         match answer {
-            Answer::Due(Err(e)) | Answer::Fair(Err(e)) => {
+            Answer::Due(_, Err(e)) | Answer::Fair(Err(e)) => {
                 tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
                 if let Some(run) = &mut self.run {
                     run.close();
@@ -116,7 +128,9 @@ impl PollerState {
             Answer::Fair(Ok(fair)) => {
                 self.wake.learn(fair.batch.server_now, answered_at);
                 claim_spans(&fair.batch.timers, asked_at, answered_at);
-                self.fairness.answered(fair.resume_after);
+                let claimed = fair.batch.timers.len();
+                self.fairness
+                    .answered(Instant::now(), fair.resume_after, claimed);
                 tracing::debug!(
                     actor = "poller",
                     claimed = fair.batch.timers.len(),
@@ -126,13 +140,13 @@ impl PollerState {
                 self.hold(fair.batch.timers, decided_at, started);
                 self.next_claim_of(myself, round);
             }
-            Answer::Due(Ok(batch)) => {
+            Answer::Due(limit, Ok(batch)) => {
                 self.wake.learn(batch.server_now, answered_at);
                 claim_spans(&batch.timers, asked_at, answered_at);
                 // The instant the timers were found due, by the clock that decided it: their
                 // `reachedAt`.
                 let decided_at = batch.server_now.unwrap_or(asked_at);
-                let full = batch.timers.len() >= claim_size(self.args.batch_size);
+                let full = batch.timers.len() >= limit;
                 let last = batch.timers.last().map(DueTimer::position);
                 self.hold(batch.timers, decided_at, started);
                 if let (Some(run), Some(last)) = (&mut self.run, last) {
@@ -158,7 +172,12 @@ impl PollerState {
     /// Marks everything owed, in one transaction, in a task of its own; the answer comes back
     /// as `PollerMsg::Marked`. `backoff`, under way, goes on after it.
     pub(super) fn mark(&mut self, myself: &ActorRef<PollerMsg>, backoff: Option<Instant>) {
-        let batches = self.marks.take();
+        // Short while other tenants are served beside a backlog (`fairness`).
+        let at_most = match self.short_writes() {
+            true => SHARING_CLAIM,
+            false => usize::MAX,
+        };
+        let batches = self.marks.take(at_most);
         let persistence = self.args.registry.persistence();
         let myself = myself.clone();
         let answer = tokio::spawn(async move {

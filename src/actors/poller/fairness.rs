@@ -7,6 +7,13 @@
 //! skipped (the claim would only step over their claimed rows). The walk over the tenants is
 //! bounded per claim, so the next one goes on where the last stopped, and from the first tenant
 //! again once a run ends (`run`).
+//!
+//! A fair claim waits for the one write under way on its connection. While other tenants are
+//! served beside a backlog (a fair claim took timers within [`SHARING_MEMORY`]), the Poller's
+//! other writes stay short for them on a database where a write's time grows with its rows
+//! (PostgreSQL; `DatabaseTarget::short_writes_while_sharing`): a claim in `dueAt` order takes
+//! [`SHARING_CLAIM`] timers instead of thousands, and a mark as many (`marks`). With nothing to
+//! share, claims and marks stay large, which drains a burst fastest.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -20,6 +27,15 @@ pub const FAIR_EVERY: Duration = Duration::from_millis(10);
 /// Timers one fair claim takes at most, shared equally among the tenants it serves.
 pub const FAIR_CLAIM: usize = 1_000;
 
+/// Timers a claim in `dueAt` order, or a mark, takes at most while other tenants are served
+/// beside a backlog: a write of 2,000 held the SQLite writer 15–30 ms (release), and every fair
+/// claim waited for one.
+pub const SHARING_CLAIM: usize = 500;
+
+/// How long after a fair claim took timers the Poller keeps its writes short
+/// ([`SHARING_CLAIM`]): a quiet tenant's next timer is likely due within it.
+pub const SHARING_MEMORY: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Default)]
 pub struct Fairness {
     /// When the last fair claim was asked for.
@@ -27,6 +43,8 @@ pub struct Fairness {
     /// The walk's resume point: the last tenant the previous fair claim reached when it could not
     /// reach them all. `None`: the next walk starts from the first tenant.
     resume_after: Option<String>,
+    /// When a fair claim last took timers.
+    served: Option<Instant>,
 }
 
 /// What one fair claim asks Persistence for (`PersistenceClient::claim_fair`).
@@ -69,9 +87,20 @@ impl Fairness {
         }
     }
 
-    /// The fair claim answered: the next walk goes on after `resume_after`.
-    pub fn answered(&mut self, resume_after: Option<String>) {
+    /// The fair claim answered at `now` with `claimed` timers: the next walk goes on after
+    /// `resume_after`.
+    pub fn answered(&mut self, now: Instant, resume_after: Option<String>, claimed: usize) {
         self.resume_after = resume_after;
+        if claimed > 0 {
+            self.served = Some(now);
+        }
+    }
+
+    /// Whether other tenants are served beside a backlog at `now`: the Poller's writes are
+    /// kept to [`SHARING_CLAIM`] timers.
+    pub fn sharing(&self, now: Instant) -> bool {
+        self.served
+            .is_some_and(|at| now.saturating_duration_since(at) < SHARING_MEMORY)
     }
 
     /// A run ended: the next walk starts from the first tenant.
@@ -125,7 +154,7 @@ mod tests {
                 fence,
             }
         );
-        fairness.answered(Some("m".into()));
+        fairness.answered(now, Some("m".into()), 0);
         let next = fairness.start(now + FAIR_EVERY, BTreeSet::new(), None);
         assert_eq!(next.resume_after.as_deref(), Some("m"));
         assert_eq!(
@@ -136,5 +165,17 @@ mod tests {
         fairness.run_ended();
         let after_run = fairness.start(now + 2 * FAIR_EVERY, BTreeSet::new(), None);
         assert_eq!(after_run.resume_after, None);
+    }
+
+    #[test]
+    fn writes_stay_short_for_a_while_after_a_fair_claim_took_timers() {
+        let mut fairness = Fairness::default();
+        let now = Instant::now();
+        assert!(!fairness.sharing(now));
+        fairness.answered(now, None, 0);
+        assert!(!fairness.sharing(now), "a fair claim that found no one");
+        fairness.answered(now, None, 3);
+        assert!(fairness.sharing(now + SHARING_MEMORY / 2));
+        assert!(!fairness.sharing(now + SHARING_MEMORY));
     }
 }

@@ -228,7 +228,7 @@ impl PollerState {
             }
         }
         if !self.marks.is_empty() {
-            let batches = self.marks.take();
+            let batches = self.marks.take(usize::MAX);
             let persistence = self.args.registry.persistence();
             let mark = persistence.mark_reached(marks::keys(&batches));
             match tokio::time::timeout_at(stop.until(Reserve::ForStorage), mark).await {

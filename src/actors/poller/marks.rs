@@ -77,10 +77,22 @@ impl Marks {
         owed >= MARK_AT_LEAST || (owed > 0 && !batches_at_broker)
     }
 
-    /// Everything owed, for one mark.
-    pub fn take(&mut self) -> Vec<Fired> {
+    /// What is owed, oldest first, for one mark: whole batches, until they hold `at_most`
+    /// timers (at least one batch); the rest stays owed for the next mark.
+    pub fn take(&mut self, at_most: usize) -> Vec<Fired> {
         self.marked_last = true;
-        std::mem::take(&mut self.owed)
+        let mut timers = 0;
+        let count = self
+            .owed
+            .iter()
+            .take_while(|fired| {
+                let take = timers == 0 || timers + fired.timers.len() <= at_most;
+                timers += fired.timers.len();
+                take
+            })
+            .count();
+        let rest = self.owed.split_off(count);
+        std::mem::replace(&mut self.owed, rest)
     }
 
     /// Whether a round of claims asked for goes before the mark that is due: the last call was
@@ -171,7 +183,7 @@ mod tests {
         let mut marks = Marks::default();
         assert!(!marks.yields_to_claims(), "no mark yet");
         marks.owe(fired("a", MARK_AT_LEAST));
-        let batches = marks.take();
+        let batches = marks.take(usize::MAX);
         marks.marked();
         assert!(marks.yields_to_claims(), "after a mark, the round first");
         marks.claims_begin();
@@ -188,7 +200,7 @@ mod tests {
     fn a_failed_mark_is_owed_again_first_and_retried_after_the_backoff() {
         let mut marks = Marks::default();
         marks.owe(fired("a", 1));
-        let batches = marks.take();
+        let batches = marks.take(usize::MAX);
         assert!(marks.is_empty());
         marks.owe(fired("b", 1));
         marks.not_marked(batches);
@@ -201,8 +213,25 @@ mod tests {
         assert_eq!(order, ["a-0", "b-0"]);
         assert!(!marks.due(false, true), "not while backing off");
         assert!(marks.due(false, false));
-        marks.take();
+        marks.take(usize::MAX);
         marks.marked();
         assert!(!marks.failed());
+    }
+
+    #[test]
+    fn a_mark_takes_whole_batches_up_to_its_limit_and_leaves_the_rest_owed() {
+        let mut marks = Marks::default();
+        for name in ["a", "b", "c"] {
+            marks.owe(fired(name, 300));
+        }
+        assert_eq!(marks.take(500).len(), 1, "a second batch would pass 500");
+        assert_eq!(marks.take(700).len(), 2);
+        assert!(marks.is_empty());
+        marks.owe(fired("d", 800));
+        assert_eq!(
+            marks.take(500).len(),
+            1,
+            "at least one batch, however large"
+        );
     }
 }
