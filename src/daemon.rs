@@ -1,7 +1,6 @@
 //! Assembling and running the daemon: migrate the database, connect to the broker, start the
 //! Supervisor, reload the quotas on SIGHUP, and stop everything gracefully when asked.
 
-use std::future::Future;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,9 +21,8 @@ use crate::actors::{
     ApiResponder, Checkpointer, ChildSpec, CommandHandler, Gauges, Http, Janitor, Persistence,
     PersistenceClient, Poller, Registry, Supervisor, SupervisorArgs, SupervisorMsg, Sweeper,
 };
-use crate::config::{Config, DaemonName};
+use crate::config::Config;
 use crate::domain::quota::Quotas;
-use crate::health::PROBE_INTERVAL;
 use crate::health::{Health, Status};
 use crate::nats::{
     self, JetStreamCommandPublisher, JetStreamCommandSourceFactory, JetStreamStrays, NatsApiServer,
@@ -32,15 +30,15 @@ use crate::nats::{
 };
 use crate::ports::{Clock, SystemClock};
 use crate::stop::Reserve;
-use crate::storage::db::DatabaseTarget;
-use crate::storage::{self, Claimant, NameHold, Store, StoreError};
 
-/// Longest a starting daemon watches the row of its name when another instance wrote it
-/// lately: a live holder's health probe writes it twice meanwhile, so a row left as it was
-/// belongs to a dead daemon. So much a daemon restarted right after a crash waits.
-pub const NAME_WATCH: Duration = PROBE_INTERVAL
-    .saturating_mul(2)
-    .saturating_add(Duration::from_secs(1));
+mod name;
+mod run;
+
+use crate::storage::db::DatabaseTarget;
+use crate::storage::{self, Claimant, StoreError};
+pub use name::NAME_WATCH;
+use name::{release_name, take_name};
+pub use run::run;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -356,128 +354,4 @@ impl Daemon {
     pub fn persistence(&self) -> PersistenceClient {
         self.registry.persistence()
     }
-}
-
-/// Takes the daemon's name on the database (see [`Store::take_name`]) and returns it: refuses
-/// a name a live daemon holds, and picks another random suffix when that happens to a
-/// generated one.
-async fn take_name(
-    config: &Config,
-    database: &DatabaseTarget,
-    mut name: DaemonName,
-) -> Result<String, DaemonError> {
-    let failed = |source| DaemonError::Name {
-        path: database.describe(),
-        source,
-    };
-    let store = Store::open(database).await.map_err(failed)?;
-    let mut attempts = 0;
-    let taken = loop {
-        attempts += 1;
-        match store.take_name(name.as_str(), NAME_WATCH).await {
-            Ok(NameHold::Taken { waited }) => {
-                tracing::info!(
-                    name = name.as_str(),
-                    name_from = name.origin(),
-                    instance = storage::daemons::instance(),
-                    waited_ms = waited.as_millis() as u64,
-                    "daemon name taken"
-                );
-                break Ok(name.as_str().to_owned());
-            }
-            Ok(NameHold::Held { holder }) => match name {
-                DaemonName::Generated(_) if attempts < 3 => {
-                    name = config.daemon_name(true);
-                }
-                _ => {
-                    break Err(DaemonError::NameHeld {
-                        name: name.as_str().to_owned(),
-                        holder,
-                    });
-                }
-            },
-            Err(e) => break Err(failed(e)),
-        }
-    };
-    if let Err(e) = store.close().await {
-        tracing::debug!(error = %e, "closing the connection that took the name failed");
-    }
-    taken
-}
-
-/// Gives up the daemon's name on a shared database, so that a daemon started next under it
-/// (this one restarted, say) takes it at once instead of watching for a live holder.
-async fn release_name(database: &DatabaseTarget, name: &str, until: tokio::time::Instant) {
-    if !database.shared() {
-        return;
-    }
-    let released = tokio::time::timeout_at(until, async {
-        let store = Store::open(database).await?;
-        let released = store.release_name(name).await;
-        let _ = store.close().await;
-        released
-    })
-    .await;
-    match released {
-        Ok(Ok(())) => tracing::debug!(name, "daemon name given up"),
-        Ok(Err(e)) => tracing::warn!(name, error = %e,
-            "could not give up the daemon name; a daemon started under it waits a few seconds"),
-        Err(_) => tracing::warn!(
-            name,
-            "could not give up the daemon name in time; a daemon started under it waits a few seconds"
-        ),
-    }
-}
-
-/// Runs the daemon until `shutdown` resolves (then stops gracefully) or until it stops on its
-/// own with an error. On SIGHUP it reads `config_path` and the environment again and puts the
-/// new quotas in force ([`Daemon::reload`]).
-pub async fn run(
-    config: Config,
-    config_path: &Path,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), DaemonError> {
-    // Listened for from here on: SIGHUP's default action ends the process, so one sent while
-    // the daemon starts must find the handler in place. It is acted on once the daemon runs.
-    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(signal) => Some(signal),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGHUP; quotas reload only at a restart");
-            None
-        }
-    };
-    let mut running = config.clone();
-    let mut shutdown = std::pin::pin!(shutdown);
-    // Start-up waits for a database that does not answer yet: a stop asked meanwhile ends it.
-    let mut daemon = tokio::select! {
-        daemon = Daemon::start(config) => daemon?,
-        () = &mut shutdown => {
-            tracing::info!("stopped during start-up");
-            return Ok(());
-        }
-    };
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            error = daemon.stopped() => {
-                tracing::error!(error = %error, "timer-service stopped on its own");
-                return Err(error);
-            }
-            () = next_hangup(&mut hangup) => {
-                tracing::info!(signal = "SIGHUP", "configuration reload requested");
-                daemon.reload(config_path, &mut running);
-            }
-        }
-    }
-    daemon.shutdown().await
-}
-
-/// The next SIGHUP; never, when it cannot be listened for.
-async fn next_hangup(hangup: &mut Option<tokio::signal::unix::Signal>) {
-    if let Some(signal) = hangup
-        && signal.recv().await.is_some()
-    {
-        return;
-    }
-    std::future::pending().await
 }

@@ -49,8 +49,9 @@
 //!   the domain's types (`timer-service schema` writes them to `schema/`).
 //! - [`client`]: a client of the public contract; [`cli`]: the `timer-service timers` commands;
 //!   [`lines`]: `timer-service lines show|set` (the command stream's lines).
-//! - [`daemon`]: wiring it all together, and the quota reload on SIGHUP; [`run`] is what
-//!   `main` calls.
+//! - [`daemon`]: wiring it all together and the graceful stop; `daemon/run` is [`run`], what
+//!   `main` calls (and the quota reload on SIGHUP); `daemon/name` takes and gives up the
+//!   daemon's name on a shared database.
 
 pub mod actors;
 pub mod backoff;
