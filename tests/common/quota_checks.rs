@@ -170,8 +170,12 @@ fn sample_timers(
 
 /// A command is counted in its window when its transaction decides it, and seen by a reading
 /// once that transaction commits, a moment later: two readings [`COMMIT_SLACK`] less than a
-/// second apart cannot see more than a second's decisions.
-const COMMIT_SLACK: Duration = Duration::from_millis(100);
+/// second apart cannot see more than a second's decisions. With 100 ms, a PostgreSQL run with
+/// three daemons beside the fault suite once saw 103 at a limit of 100 (commits trailing their
+/// decisions further under load); a window kept per daemon would still show 150 and more
+/// within the 750 ms left, and the total bound (`Flood::assert_within`) holds the rate over the
+/// whole span.
+const COMMIT_SLACK: Duration = Duration::from_millis(250);
 
 /// The most timers added between two readings whose moments are surely less than a second
 /// apart, commits' lag aside (from the earlier's query sent to the later's answered): what a
