@@ -84,21 +84,15 @@ impl<P: Periodic> NamedActor for Every<P> {
 pub struct EveryState<P> {
     work: P,
     retries: Retries,
-    /// The round planned last: a round message of another number is stale and does nothing,
-    /// so one chain of rounds runs, whatever arrives.
-    planned: u64,
 }
 
-/// The one message: run the round of this number (the base plans each).
-pub struct Round(u64);
+/// The one message: run a round. Only the base makes one (its field is private), each after
+/// the last round ended, so one chain of rounds runs.
+pub struct Round(());
 
-impl<P> EveryState<P> {
-    /// Plans the next round `after` from now.
-    fn plan(&mut self, myself: &ActorRef<Round>, after: Duration) {
-        self.planned += 1;
-        let number = self.planned;
-        myself.send_after(after, move || Round(number));
-    }
+/// Plans the next round `after` from now.
+fn plan(myself: &ActorRef<Round>, after: Duration) {
+    myself.send_after(after, || Round(()));
 }
 
 impl<P: Periodic> Actor for Every<P> {
@@ -114,7 +108,6 @@ impl<P: Periodic> Actor for Every<P> {
         Ok(EveryState {
             work: P::new(args),
             retries: Retries::default(),
-            planned: 0,
         })
     }
 
@@ -130,7 +123,7 @@ impl<P: Periodic> Actor for Every<P> {
             true => Duration::ZERO,
             false => P::EVERY,
         };
-        state.plan(&myself, first);
+        plan(&myself, first);
         Ok(())
     }
 
@@ -147,12 +140,9 @@ impl<P: Periodic> Actor for Every<P> {
     async fn handle(
         &self,
         myself: ActorRef<Round>,
-        Round(number): Round,
+        _round: Round,
         state: &mut EveryState<P>,
     ) -> Result<(), ActorProcessingErr> {
-        if number != state.planned {
-            return Ok(());
-        }
         let next = match state.work.round().await {
             Ok(next) => {
                 let failures = state.retries.succeeded();
@@ -178,7 +168,7 @@ impl<P: Periodic> Actor for Every<P> {
                 delay
             }
         };
-        state.plan(&myself, next);
+        plan(&myself, next);
         Ok(())
     }
 }
