@@ -132,6 +132,23 @@ impl Seen {
         ids.iter().filter(|id| !seen.contains_key(*id)).collect()
     }
 
+    /// Waits up to `within` until every one of `ids` was published; fails naming the missing
+    /// (`what`: which timers they are).
+    async fn await_all(&self, ids: &[String], within: Duration, what: &str) {
+        let deadline = Instant::now() + within;
+        while !self.missing(ids).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let missing = self.missing(ids);
+        assert!(
+            missing.is_empty(),
+            "{what}: {} of {} never fired, e.g. {:?}",
+            missing.len(),
+            ids.len(),
+            &missing[..missing.len().min(5)]
+        );
+    }
+
     fn duplicates(&self) -> usize {
         self.0.lock().unwrap().values().map(|n| n - 1).sum()
     }
@@ -201,18 +218,9 @@ impl Load {
         tokio::time::sleep(Duration::from_secs(2)).await;
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let ids = self.scheduling.await.expect("the load");
-        let deadline = Instant::now() + Duration::from_secs(45);
-        while !self.seen.missing(&ids).is_empty() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let missing = self.seen.missing(&ids);
-        assert!(
-            missing.is_empty(),
-            "{name}: {} of {} timers never fired, e.g. {:?}",
-            missing.len(),
-            ids.len(),
-            &missing[..missing.len().min(5)]
-        );
+        self.seen
+            .await_all(&ids, Duration::from_secs(45), &format!("{name}: timers"))
+            .await;
         eprintln!(
             "{name}: {} timers scheduled and acknowledged, all fired, {} duplicates published",
             ids.len(),
@@ -390,18 +398,12 @@ async fn a_stop_with_a_frozen_database_ends_within_its_budget_and_loses_nothing(
     );
     tokio::task::block_in_place(|| world.cluster.thaw());
     world.start_daemon();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !seen.missing(&ids).is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let missing = seen.missing(&ids);
-    assert!(
-        missing.is_empty(),
-        "{what}: {} of {} acknowledged timers never fired, e.g. {:?}",
-        missing.len(),
-        ids.len(),
-        &missing[..missing.len().min(5)]
-    );
+    seen.await_all(
+        &ids,
+        Duration::from_secs(60),
+        &format!("{what}: acknowledged timers"),
+    )
+    .await;
     eprintln!(
         "{what}: exited {status} {} ms after SIGTERM (budget {} ms); {fired_by_then} of {} \
          fired before it, all after the next start, {} duplicates published",
