@@ -14,7 +14,7 @@ use crate::config::{NatsSettings, Secret, redact_url};
 use crate::domain::api::TimerView;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::domain::timestamp::format_utc;
-use crate::domain::{Subjects, TimerData};
+use crate::domain::{ScheduleTimerPayload, Subjects, TimerData};
 use crate::nats::connection::{ConnectError, connect_options};
 
 #[derive(Debug, Args)]
@@ -95,6 +95,10 @@ pub enum TimersCommand {
         /// JSON the timer carries and its DueTimeReached echoes (`'{"order":42}'`).
         #[arg(long, value_parser = parse_data)]
         data: Option<TimerData>,
+        /// How late it may still fire, as an ISO 8601 duration (PT15M, P1D): later, it
+        /// publishes TimerExpired instead of DueTimeReached.
+        #[arg(long, value_name = "DURATION")]
+        expire_after: Option<String>,
     },
     /// Show one timer.
     Get {
@@ -110,7 +114,7 @@ pub enum TimersCommand {
         /// The tenant (tenantId) the timer belongs to.
         #[arg(long)]
         tenant: String,
-        /// Scheduled, Reached or Cancelled.
+        /// Scheduled, Reached, Cancelled or Expired.
         #[arg(long)]
         state: Option<String>,
         /// The timers of one request trace.
@@ -174,6 +178,7 @@ pub async fn run(args: TimersArgs) -> Result<(), CliError> {
             delay,
             correlation_id,
             data,
+            expire_after,
         } => {
             let due_at = match (at, delay) {
                 (Some(at), _) => at,
@@ -184,9 +189,11 @@ pub async fn run(args: TimersArgs) -> Result<(), CliError> {
                 ),
                 (None, None) => return Err(CliError::Usage("give --at or --in".into())),
             };
-            let seq = client
-                .schedule_with_data(&tenant, &id, &due_at, correlation_id.as_deref(), data)
-                .await?;
+            let mut payload = ScheduleTimerPayload::new(&tenant, &id, &due_at);
+            payload.correlation_id = correlation_id;
+            payload.data = data;
+            payload.expire_after = expire_after;
+            let seq = client.schedule_timer(payload).await?;
             if json {
                 print_json(
                     &json!({ "tenantId": tenant, "serviceCallId": id, "dueAt": due_at, "sequence": seq }),

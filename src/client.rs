@@ -14,7 +14,7 @@ use crate::domain::api::{TimerView, Verb};
 use crate::domain::command::{
     cancel_timer_command, generated_correlation_id, schedule_timer_command,
 };
-use crate::domain::{Subjects, TimerData};
+use crate::domain::{ScheduleTimerPayload, Subjects};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -100,29 +100,17 @@ impl TimerClient {
         due_at: &str,
         correlation_id: Option<&str>,
     ) -> Result<u64, ClientError> {
-        self.schedule_with_data(tenant_id, service_call_id, due_at, correlation_id, None)
-            .await
+        let mut payload = ScheduleTimerPayload::new(tenant_id, service_call_id, due_at);
+        payload.correlation_id = correlation_id.map(str::to_owned);
+        self.schedule_timer(payload).await
     }
 
-    /// [`Self::schedule`], with `data` for the timer to carry when given.
-    pub async fn schedule_with_data(
-        &self,
-        tenant_id: &str,
-        service_call_id: &str,
-        due_at: &str,
-        correlation_id: Option<&str>,
-        data: Option<TimerData>,
-    ) -> Result<u64, ClientError> {
-        let command = schedule_timer_command(
-            tenant_id,
-            service_call_id,
-            due_at,
-            correlation_id,
-            data,
-            Utc::now(),
-        );
-        self.publish(self.subjects.schedule(tenant_id), &command)
-            .await
+    /// Publishes a `ScheduleTimer` of any shape (with `data`, `expireAfter`…); returns its
+    /// stream sequence once the broker stored it.
+    pub async fn schedule_timer(&self, payload: ScheduleTimerPayload) -> Result<u64, ClientError> {
+        let subject = self.subjects.schedule(&payload.tenant_id);
+        let command = schedule_timer_command(payload, Utc::now());
+        self.publish(subject, &command).await
     }
 
     /// Publishes a `CancelTimer` (not waiting for it to be applied, unlike [`Self::cancel`]).

@@ -1,8 +1,8 @@
 //! timer-service: a durable timer daemon.
 //!
 //! Clients send `ScheduleTimer` over NATS JetStream; the service stores each timer (SQLite, or
-//! PostgreSQL for several daemons) and, when its `dueAt` arrives, publishes `DueTimeReached` —
-//! at least once, one timer per `(tenantId, serviceCallId)`, never early. `docs/CONTRACT.md`
+//! PostgreSQL for several daemons) and, when its `dueAt` arrives, publishes `DueTimeReached` (or
+//! `TimerExpired`, past a deadline the client set) — at least once, one timer per `(tenantId, serviceCallId)`, never early. `docs/CONTRACT.md`
 //! is the public contract (cited as "docs/CONTRACT.md §n" in the code); `docs/design.md` draws the
 //! actor tree.
 //!
@@ -12,7 +12,7 @@
 //!   (tenant id rules), `ids` (service call and correlation id rules), `timer` (rows, the
 //!   rules table as a reference model), `order` (command order across stream incarnations),
 //!   `quota` (per-tenant limits and the decision for one command), `events` (the envelopes
-//!   published), `data` (a timer's JSON data, kept as the text the client wrote), `trace` (a
+//!   published), `expiry` (`expireAfter`, and whether a firing comes too late), `data` (a timer's JSON data, kept as the text the client wrote), `trace` (a
 //!   command's W3C trace context), `api` (API requests and replies), `subjects`, `envelope`,
 //!   `timestamp`, `schema_types` (field rules named in the JSON Schemas).
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],

@@ -21,9 +21,10 @@ use crate::domain::api::{
     StatsRequest, Verb,
 };
 use crate::domain::command::{CANCEL_TIMER, SCHEDULE_TIMER};
-use crate::domain::events::{DUE_TIME_REACHED, TIMER_COMMAND_REJECTED};
+use crate::domain::events::{DUE_TIME_REACHED, TIMER_COMMAND_REJECTED, TIMER_EXPIRED};
 use crate::domain::{
-    CancelTimerPayload, DueTimeReached, MessageEnvelope, ScheduleTimerPayload, TimerCommandRejected,
+    CancelTimerPayload, DueTimeReached, MessageEnvelope, ScheduleTimerPayload,
+    TimerCommandRejected, TimerExpired,
 };
 
 /// What every `$id` starts with; the rest is the file's name without `.json`. A URN, not a URL:
@@ -111,6 +112,15 @@ pub fn all() -> Vec<SchemaFile> {
             "A timer fired: published by the service to timer.evt.due.<tenantId> on the \
              TIMER_EVENTS stream once dueAt has passed, at least once per firing \
              (docs/CONTRACT.md §3). The envelope's aggregateId is the serviceCallId.",
+        ),
+        envelope::<TimerExpired>(
+            "timer-expired",
+            TIMER_EXPIRED,
+            Direction::Out,
+            "A timer fired past its expireAfter deadline: published by the service to \
+             timer.evt.expired.<tenantId> on the TIMER_EVENTS stream instead of its \
+             DueTimeReached, with the same envelope, data and Nats-Msg-Id \
+             (docs/CONTRACT.md §5). The envelope's aggregateId is the serviceCallId.",
         ),
         envelope::<TimerCommandRejected>(
             "timer-command-rejected",

@@ -27,6 +27,9 @@ pub const SCHEDULES_PROCESSED: &str = "timer_schedules_processed_total";
 /// after a mark that failed, or another daemon's publish of the same firing. Not counted as
 /// fired again.
 pub const EVENTS_DUPLICATE: &str = "timer_events_duplicate_total";
+/// Timers fired past their `expireAfter` deadline: `TimerExpired` published instead of
+/// `DueTimeReached` (counted in [`SCHEDULES_PROCESSED`] too).
+pub const EXPIRED: &str = "timer_expired_total";
 /// One firing round: claim what is due, publish it, mark it.
 pub const POLLING_DURATION: &str = "timer_polling_duration_seconds";
 /// From `dueAt` to the broker's acknowledgement of each timer's `DueTimeReached`: when the
@@ -60,6 +63,8 @@ pub const TENANT_PENDING: &str = "timer_tenant_pending";
 pub const TENANT_OVERDUE: &str = "timer_tenant_overdue";
 /// A labelled tenant's timers fired: `DueTimeReached` acknowledged by the broker.
 pub const TENANT_FIRED: &str = "timer_tenant_fired_total";
+/// A labelled tenant's timers fired as `TimerExpired` ([`EXPIRED`]).
+pub const TENANT_EXPIRED: &str = "timer_tenant_expired_total";
 /// A labelled tenant's [`FIRE_LATENESS`].
 pub const TENANT_FIRE_LATENESS: &str = "timer_tenant_fire_lateness_seconds";
 /// A labelled tenant's rejected commands, by `reason`: `invalid`, `order`, `refused` or `quota`
@@ -119,6 +124,13 @@ pub fn record_fired(tenant_id: &str, lateness: Duration) {
     tenant_labels().record_fired(tenant_id, lateness);
 }
 
+/// Counts a timer fired as TimerExpired, in the total and under its tenant's label if it has
+/// one.
+pub fn record_expired(tenant_id: &str) {
+    metrics::counter!(EXPIRED).increment(1);
+    tenant_labels().record_expired(tenant_id);
+}
+
 /// Counts a rejected command under its tenant's label if it has one (the unlabelled total is
 /// the caller's).
 pub fn record_rejected(tenant_id: &str, kind: RejectionKind) {
@@ -134,6 +146,10 @@ fn describe() {
     describe_counter!(
         SCHEDULES_PROCESSED,
         "Timers fired: published and marked Reached"
+    );
+    describe_counter!(
+        EXPIRED,
+        "Timers fired past their expireAfter deadline: TimerExpired published instead of DueTimeReached"
     );
     describe_counter!(
         EVENTS_DUPLICATE,
@@ -167,6 +183,10 @@ fn describe() {
     describe_counter!(
         TENANT_FIRED,
         "A labelled tenant's timers fired (DueTimeReached acknowledged by the broker)"
+    );
+    describe_counter!(
+        TENANT_EXPIRED,
+        "A labelled tenant's timers fired past their expireAfter deadline (TimerExpired)"
     );
     describe_histogram!(
         TENANT_FIRE_LATENESS,

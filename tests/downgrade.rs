@@ -27,6 +27,7 @@ async fn migrations_after_the_one_kept_are_undone_newest_first() {
     assert_eq!(
         undone,
         [
+            "m20261128_000010_timer_expiry",
             "m20261127_000009_command_refusals",
             "m20261125_000008_trace_context",
             "m20261125_000007_timer_data",

@@ -52,6 +52,7 @@ async fn an_event_the_broker_already_held_is_marked_but_not_counted_as_fired_aga
             due_at,
             data: None,
             trace: None,
+            expires_at: None,
         };
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", due_message_id(&timer).as_str());

@@ -79,6 +79,7 @@ async fn fires_at_due_at_with_the_contract_envelope() {
         due_at: expected_due,
         data: None,
         trace: None,
+        expires_at: None,
     };
     assert_eq!(
         event.msg_id.as_deref(),

@@ -844,6 +844,8 @@ enum Step {
         key: usize,
         seq: u64,
         due: i64,
+        /// `expireAfter`, in ms: the timers fire at 1000, so some in time and some not.
+        expire_after: Option<i64>,
     },
     Cancel {
         key: usize,
@@ -857,9 +859,20 @@ enum Step {
     Mark,
 }
 
+/// How a timer of the model fired at 1000: `Expired` past its deadline (`expiry`).
+fn fired_state(timer: &Timer) -> TimerState {
+    if timer_service::domain::expiry::is_expired(timer.expires_at, at(1000)) {
+        TimerState::Expired
+    } else {
+        TimerState::Reached
+    }
+}
+
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        4 => (0usize..3, 1u64..40, 0i64..50).prop_map(|(key, seq, due)| Step::Schedule { key, seq, due }),
+        4 => (0usize..3, 1u64..40, 0i64..50, prop::option::of(1i64..2000)).prop_map(
+            |(key, seq, due, expire_after)| Step::Schedule { key, seq, due, expire_after }
+        ),
         2 => (0usize..3, 1u64..40).prop_map(|(key, seq)| Step::Cancel { key, seq }),
         1 => Just(Step::Fire),
         1 => Just(Step::Claim),
@@ -915,8 +928,17 @@ fn sql_follows_the_rules_table() {
             };
             for step in steps {
                 match step {
-                    Step::Schedule { key, seq, due } => {
-                        pending.push(schedule(&tenant, &format!("k{key}"), seq, due))
+                    Step::Schedule {
+                        key,
+                        seq,
+                        due,
+                        expire_after,
+                    } => {
+                        let mut command = schedule(&tenant, &format!("k{key}"), seq, due);
+                        if let Action::Schedule { expires_at, .. } = &mut command.action {
+                            *expires_at = expire_after.map(|after| at(due + after));
+                        }
+                        pending.push(command)
                     }
                     Step::Cancel { key, seq } => {
                         pending.push(cancel(&tenant, &format!("k{key}"), seq, 1))
@@ -953,7 +975,7 @@ fn sql_follows_the_rules_table() {
                         for t in fired {
                             let m = model.get_mut(&t.service_call_id).unwrap();
                             if m.state == TimerState::Scheduled && m.due_at == Some(t.due_at) {
-                                m.state = TimerState::Reached;
+                                m.state = fired_state(m);
                                 m.reached_at = Some(at(1000));
                                 claimed.remove(&t.service_call_id);
                             }
@@ -978,7 +1000,7 @@ fn sql_follows_the_rules_table() {
                                 .unwrap();
                             for t in due.iter().filter(|t| t.tenant_id == tenant) {
                                 let m = model.get_mut(&t.service_call_id).unwrap();
-                                m.state = TimerState::Reached;
+                                m.state = fired_state(m);
                                 m.reached_at = Some(at(1000));
                                 claimed.remove(&t.service_call_id);
                             }

@@ -237,6 +237,7 @@ async fn the_store_returns_the_data_from_every_read_and_claim() {
         action: Action::Schedule {
             due_at: at(-1_000),
             data: Some(data(seq)),
+            expires_at: None,
         },
         ..common::schedule_at(tenant, id, seq, at(-1_000))
     };

@@ -122,6 +122,7 @@ fn timer(i: usize, due: chrono::DateTime<Utc>) -> Command {
         action: Action::Schedule {
             due_at: due,
             data: None,
+            expires_at: None,
         },
         seq: i as u64 + 1,
         received_at: Utc::now(),

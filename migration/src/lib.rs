@@ -45,6 +45,7 @@ mod m20261125_000006_tenant_quotas;
 mod m20261125_000007_timer_data;
 mod m20261125_000008_trace_context;
 mod m20261127_000009_command_refusals;
+mod m20261128_000010_timer_expiry;
 
 pub struct Migrator;
 
@@ -61,6 +62,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_000007_timer_data::Migration),
             Box::new(m20261125_000008_trace_context::Migration),
             Box::new(m20261127_000009_command_refusals::Migration),
+            Box::new(m20261128_000010_timer_expiry::Migration),
         ]
     }
 }

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::data::TimerData;
 use super::envelope::MessageEnvelope;
+use super::expiry::{expires_at, parse_expire_after};
 use super::ids::{check_correlation_id, check_service_call_id};
 use super::schema_types;
 use super::subjects::{CommandKind, Subjects, UNKNOWN_TENANT};
@@ -48,6 +49,25 @@ pub struct ScheduleTimerPayload {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<schema_types::Data>")]
     pub data: Option<TimerData>,
+    /// How late the timer may still fire (docs/CONTRACT.md §3): past `dueAt + expireAfter` it
+    /// publishes TimerExpired instead of DueTimeReached. Absent: it fires however late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<schema_types::ExpireAfter>")]
+    pub expire_after: Option<String>,
+}
+
+impl ScheduleTimerPayload {
+    /// A ScheduleTimer of `service_call_id` due at `due_at`, with nothing optional set.
+    pub fn new(tenant_id: &str, service_call_id: &str, due_at: &str) -> Self {
+        Self {
+            tenant_id: tenant_id.to_owned(),
+            service_call_id: service_call_id.to_owned(),
+            due_at: due_at.to_owned(),
+            correlation_id: None,
+            data: None,
+            expire_after: None,
+        }
+    }
 }
 
 /// `CancelTimer` payload as it appears on the wire.
@@ -218,11 +238,22 @@ pub fn parse_command(
             if let Some(data) = &payload.data {
                 check_data(data, limits).map_err(reject)?;
             }
+            let expires_at = payload
+                .expire_after
+                .as_deref()
+                .map(parse_expire_after)
+                .transpose()
+                .map_err(reject)?
+                .map(|after| expires_at(due_at, after));
             let data = payload.data;
             (
                 payload.service_call_id,
                 payload.correlation_id,
-                Action::Schedule { due_at, data },
+                Action::Schedule {
+                    due_at,
+                    data,
+                    expires_at,
+                },
             )
         }
         CommandKind::Cancel => {
@@ -259,26 +290,12 @@ pub fn parse_command(
 
 /// A `ScheduleTimer` as a client sends it (the CLI does), stamped `now`.
 pub fn schedule_timer_command(
-    tenant_id: &str,
-    service_call_id: &str,
-    due_at: &str,
-    correlation_id: Option<&str>,
-    data: Option<TimerData>,
+    payload: ScheduleTimerPayload,
     now: DateTime<Utc>,
 ) -> MessageEnvelope<ScheduleTimerPayload> {
-    let mut envelope = MessageEnvelope::new(
-        SCHEDULE_TIMER,
-        tenant_id,
-        now,
-        ScheduleTimerPayload {
-            tenant_id: tenant_id.to_owned(),
-            service_call_id: service_call_id.to_owned(),
-            due_at: due_at.to_owned(),
-            correlation_id: correlation_id.map(str::to_owned),
-            data,
-        },
-    );
-    envelope.aggregate_id = Some(service_call_id.to_owned());
+    let (tenant_id, service_call_id) = (payload.tenant_id.clone(), payload.service_call_id.clone());
+    let mut envelope = MessageEnvelope::new(SCHEDULE_TIMER, &tenant_id, now, payload);
+    envelope.aggregate_id = Some(service_call_id);
     envelope
 }
 

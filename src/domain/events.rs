@@ -13,6 +13,7 @@ use super::timer::DueTimer;
 use super::timestamp::format_utc;
 
 pub const DUE_TIME_REACHED: &str = "DueTimeReached";
+pub const TIMER_EXPIRED: &str = "TimerExpired";
 pub const TIMER_COMMAND_REJECTED: &str = "TimerCommandRejected";
 
 /// Namespace of the deterministic `Nats-Msg-Id` values (UUID v5), fixed forever: changing it
@@ -36,6 +37,30 @@ pub struct DueTimeReached {
     pub due_at: String,
     #[schemars(with = "schema_types::UtcInstant")]
     pub reached_at: String,
+    /// The timer's `data`, as its ScheduleTimer carried it; absent when it had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<schema_types::Data>")]
+    pub data: Option<TimerData>,
+}
+
+/// The payload of TimerExpired: a timer whose firing came after its `expireAfter` deadline
+/// (docs/CONTRACT.md §5), published instead of its DueTimeReached, with the same fields and
+/// its deadline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TimerExpired {
+    #[schemars(with = "schema_types::TenantId")]
+    pub tenant_id: String,
+    #[schemars(with = "schema_types::ServiceCallId")]
+    pub service_call_id: String,
+    #[schemars(with = "schema_types::UtcInstant")]
+    pub due_at: String,
+    /// When it fired: after `expiresAt`.
+    #[schemars(with = "schema_types::UtcInstant")]
+    pub reached_at: String,
+    /// `dueAt + expireAfter`: the last instant it could have fired as DueTimeReached.
+    #[schemars(with = "schema_types::UtcInstant")]
+    pub expires_at: String,
     /// The timer's `data`, as its ScheduleTimer carried it; absent when it had none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<schema_types::Data>")]
@@ -82,8 +107,51 @@ pub fn due_time_reached(
     envelope
 }
 
+/// The event of `timer` fired at `reached_at`: its TimerExpired when that is past its
+/// deadline, else its DueTimeReached; the event type, and its bytes.
+pub fn firing_event(
+    timer: &DueTimer,
+    reached_at: DateTime<Utc>,
+) -> serde_json::Result<(&'static str, Vec<u8>)> {
+    match timer.expires_at {
+        Some(deadline) if timer.expired_at(reached_at) => {
+            serde_json::to_vec(&timer_expired(timer, reached_at, deadline))
+                .map(|bytes| (TIMER_EXPIRED, bytes))
+        }
+        _ => serde_json::to_vec(&due_time_reached(timer, reached_at))
+            .map(|bytes| (DUE_TIME_REACHED, bytes)),
+    }
+}
+
+/// The envelope announcing that `timer` fired at `reached_at`, past its `expires_at`: the
+/// envelope of its DueTimeReached, of another type.
+pub fn timer_expired(
+    timer: &DueTimer,
+    reached_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+) -> MessageEnvelope<TimerExpired> {
+    let mut envelope = MessageEnvelope::new(
+        TIMER_EXPIRED,
+        &timer.tenant_id,
+        reached_at,
+        TimerExpired {
+            tenant_id: timer.tenant_id.clone(),
+            service_call_id: timer.service_call_id.clone(),
+            due_at: format_utc(timer.due_at),
+            reached_at: format_utc(reached_at),
+            expires_at: format_utc(expires_at),
+            data: timer.data.clone(),
+        },
+    );
+    envelope.correlation_id = Some(timer.correlation_id.clone());
+    envelope.aggregate_id = Some(timer.service_call_id.clone());
+    envelope
+}
+
 /// `Nats-Msg-Id` of one firing of one timer: the same for every re-publish of that firing, so
-/// the broker drops duplicates inside its window; different after a reschedule.
+/// the broker drops duplicates inside its window; different after a reschedule. A TimerExpired
+/// carries the id its DueTimeReached would have: within the window, a firing published again
+/// is dropped whichever of the two it is, so a consumer sees one of them.
 pub fn due_message_id(timer: &DueTimer) -> String {
     let name = format!(
         "due\n{}\n{}\n{}",
@@ -153,6 +221,7 @@ mod tests {
             due_at: Utc.timestamp_millis_opt(due_ms).unwrap(),
             data: None,
             trace: None,
+            expires_at: None,
         }
     }
 
@@ -187,6 +256,32 @@ mod tests {
         );
         let back: MessageEnvelope<DueTimeReached> = serde_json::from_str(&text).unwrap();
         assert_eq!(back.payload.data, with_data.data);
+    }
+
+    #[test]
+    fn a_firing_past_its_deadline_is_a_timer_expired_with_the_same_envelope() {
+        let mut timer = timer(1_763_805_600_000);
+        timer.data = Some(TimerData::from_stored(r#"{"order":42}"#.into()).unwrap());
+        timer.expires_at = Some(timer.due_at + chrono::Duration::seconds(60));
+        let in_time = timer.due_at + chrono::Duration::seconds(60);
+        let (kind, bytes) = firing_event(&timer, in_time).unwrap();
+        assert_eq!(kind, DUE_TIME_REACHED);
+        let due: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let late = in_time + chrono::Duration::milliseconds(1);
+        let (kind, bytes) = firing_event(&timer, late).unwrap();
+        assert_eq!(kind, TIMER_EXPIRED);
+        let expired: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(expired["type"], "TimerExpired");
+        for field in ["tenantId", "correlationId", "aggregateId"] {
+            assert_eq!(expired[field], due[field], "{field}");
+        }
+        assert_eq!(expired["payload"]["data"], serde_json::json!({"order": 42}));
+        assert_eq!(expired["payload"]["dueAt"], "2025-11-22T10:00:00.000Z");
+        assert_eq!(expired["payload"]["expiresAt"], "2025-11-22T10:01:00.000Z");
+        assert_eq!(expired["payload"]["reachedAt"], "2025-11-22T10:01:00.001Z");
+        timer.expires_at = None;
+        let (kind, _) = firing_event(&timer, late + chrono::Duration::days(400)).unwrap();
+        assert_eq!(kind, DUE_TIME_REACHED, "no expireAfter, no expiry");
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod command;
 pub mod data;
 pub mod envelope;
 pub mod events;
+pub mod expiry;
 pub mod forecast;
 pub mod ids;
 pub mod order;
@@ -22,7 +23,7 @@ pub use command::{
 };
 pub use data::TimerData;
 pub use envelope::MessageEnvelope;
-pub use events::{DueTimeReached, TimerCommandRejected};
+pub use events::{DueTimeReached, TimerCommandRejected, TimerExpired};
 pub use order::{StreamIncarnation, command_order};
 pub use subjects::{CommandKind, Subjects};
 pub use timer::{

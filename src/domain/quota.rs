@@ -193,7 +193,7 @@ impl TenantPending {
     pub fn apply(&mut self, command: &Command) {
         let current = self.keys.get(&command.service_call_id).copied();
         let next = match (current, &command.action) {
-            (Some(key), _) if key.state == TimerState::Reached || key.has_applied(command) => {
+            (Some(key), _) if key.state.is_fired() || key.has_applied(command) => {
                 return;
             }
             (None, Action::Schedule { .. }) => {

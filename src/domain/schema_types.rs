@@ -48,6 +48,19 @@ pub struct CorrelationId(
 #[derive(JsonSchema)]
 pub struct ClientInstant(#[schemars(extend("format" = "date-time"))] pub String);
 
+/// How late a timer may still fire: an ISO 8601 duration of whole days, hours, minutes and
+/// seconds, at least a second and at most 3650 days. Years, months and weeks are refused: a
+/// deadline must be one instant.
+#[derive(JsonSchema)]
+pub struct ExpireAfter(
+    #[schemars(
+        extend("format" = "duration"),
+        regex(pattern = r"^P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+S)?)?$"),
+        extend("examples" = ["PT15M", "PT1H30M", "P1D"])
+    )]
+    pub String,
+);
+
 /// An instant the service writes: UTC with millisecond precision, `YYYY-MM-DDTHH:MM:SS.sssZ`,
 /// so that text order is time order.
 #[derive(JsonSchema)]

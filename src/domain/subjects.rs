@@ -97,6 +97,11 @@ impl Subjects {
         format!("{}.due.{tenant_id}", self.event_prefix)
     }
 
+    /// `timer.evt.expired.<tenantId>`.
+    pub fn expired(&self, tenant_id: &str) -> String {
+        format!("{}.expired.{tenant_id}", self.event_prefix)
+    }
+
     /// `timer.evt.rejected.<tenantId>`.
     pub fn rejected(&self, tenant_id: &str) -> String {
         format!("{}.rejected.{tenant_id}", self.event_prefix)
@@ -141,6 +146,7 @@ mod tests {
         assert_eq!(s.schedule("acme"), "timer.cmd.schedule.acme");
         assert_eq!(s.due("acme"), "timer.evt.due.acme");
         assert_eq!(s.rejected("_"), "timer.evt.rejected._");
+        assert_eq!(s.expired("acme"), "timer.evt.expired.acme");
         assert_eq!(s.cancel("acme"), "timer.cmd.cancel.acme");
         assert_eq!(s.api("get", "acme"), "timer.api.get.acme");
     }

@@ -15,20 +15,26 @@ use schemars::JsonSchema;
 use super::data::TimerData;
 use super::trace::TraceContext;
 
-/// Lifecycle of a timer. `Reached` is final: a fired timer never fires again and cannot be
-/// cancelled. `Cancelled` is not: a newer `ScheduleTimer` schedules it again.
+/// Lifecycle of a timer. `Reached` and `Expired` are final: a fired timer never fires again
+/// and cannot be cancelled. `Cancelled` is not: a newer `ScheduleTimer` schedules it again.
+///
+/// `Expired` is a `Reached` row whose firing came after its `expireAfter` deadline
+/// (`expiry`): the database stores both as `Reached`, and the state is read from the row's
+/// `reached_at` and `expires_at`, so that a release without expiry reads every fired row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
 pub enum TimerState {
     Scheduled,
     Reached,
     Cancelled,
+    Expired,
 }
 
 impl TimerState {
-    pub const ALL: [TimerState; 3] = [
+    pub const ALL: [TimerState; 4] = [
         TimerState::Scheduled,
         TimerState::Reached,
         TimerState::Cancelled,
+        TimerState::Expired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +42,20 @@ impl TimerState {
             TimerState::Scheduled => "Scheduled",
             TimerState::Reached => "Reached",
             TimerState::Cancelled => "Cancelled",
+            TimerState::Expired => "Expired",
+        }
+    }
+
+    /// Fired, whether its event was DueTimeReached or TimerExpired: nothing changes it again.
+    pub fn is_fired(self) -> bool {
+        matches!(self, TimerState::Reached | TimerState::Expired)
+    }
+
+    /// The state stored for this one: `Expired` is stored as `Reached`.
+    pub fn stored(self) -> TimerState {
+        match self {
+            TimerState::Expired => TimerState::Reached,
+            state => state,
         }
     }
 }
@@ -54,7 +74,9 @@ impl FromStr for TimerState {
             .into_iter()
             .find(|state| state.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown timer state {s:?}: expected Scheduled, Reached or Cancelled")
+                format!(
+                    "unknown timer state {s:?}: expected Scheduled, Reached, Cancelled or Expired"
+                )
             })
     }
 }
@@ -95,6 +117,8 @@ pub struct Timer {
     pub cancelled_seq: Option<u64>,
     /// The `data` of the ScheduleTimer that scheduled it last, if it had any.
     pub data: Option<TimerData>,
+    /// `dueAt + expireAfter` of the ScheduleTimer that scheduled it last, if it had one.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl Timer {
@@ -116,9 +140,16 @@ pub struct DueTimer {
     pub data: Option<TimerData>,
     /// Its ScheduleTimer's trace context, sent on with its DueTimeReached.
     pub trace: Option<TraceContext>,
+    /// Its deadline (`expiry`), past which it publishes TimerExpired instead.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl DueTimer {
+    /// Whether its firing stamped `reached_at` publishes TimerExpired (`expiry::is_expired`).
+    pub fn expired_at(&self, reached_at: DateTime<Utc>) -> bool {
+        super::expiry::is_expired(self.expires_at, reached_at)
+    }
+
     pub fn position(&self) -> DuePosition {
         DuePosition {
             due_at: self.due_at,
@@ -134,6 +165,8 @@ pub enum Action {
     Schedule {
         due_at: DateTime<Utc>,
         data: Option<TimerData>,
+        /// `dueAt + expireAfter`, when the command set an `expireAfter`.
+        expires_at: Option<DateTime<Utc>>,
     },
     Cancel,
 }
@@ -165,19 +198,25 @@ impl Command {
 
     /// The row this command creates when its key has none.
     pub fn new_row(&self) -> Timer {
-        let (due_at, state, cancelled_at, cancelled_seq, data) = match &self.action {
-            Action::Schedule { due_at, data } => (
+        let (due_at, state, cancelled_at, cancelled_seq, data, expires_at) = match &self.action {
+            Action::Schedule {
+                due_at,
+                data,
+                expires_at,
+            } => (
                 Some(*due_at),
                 TimerState::Scheduled,
                 None,
                 None,
                 data.clone(),
+                *expires_at,
             ),
             Action::Cancel => (
                 None,
                 TimerState::Cancelled,
                 Some(self.received_at),
                 Some(self.seq),
+                None,
                 None,
             ),
         };
@@ -193,6 +232,7 @@ impl Command {
             command_seq: self.seq,
             cancelled_seq,
             data,
+            expires_at,
         }
     }
 }
@@ -213,17 +253,22 @@ pub fn apply_command(
     let Some(row) = stored else {
         return Some(command.new_row());
     };
-    if row.state == TimerState::Reached || command.seq <= row.command_seq {
+    if row.state.is_fired() || command.seq <= row.command_seq {
         return None;
     }
     let mut next = row.clone();
     next.command_seq = command.seq;
     match &command.action {
-        Action::Schedule { due_at, data } => {
+        Action::Schedule {
+            due_at,
+            data,
+            expires_at,
+        } => {
             next.due_at = Some(*due_at);
             next.correlation_id = command.correlation_id.clone();
-            // Replaced, or cleared by a ScheduleTimer without data.
+            // Replaced, or cleared by a ScheduleTimer without data (or without expireAfter).
             next.data = data.clone();
+            next.expires_at = *expires_at;
             next.state = TimerState::Scheduled;
             next.cancelled_at = None;
             next.cancelled_seq = None;
@@ -244,7 +289,8 @@ pub fn apply_command(
 pub enum CancelOutcome {
     Cancelled,
     AlreadyCancelled,
-    /// Fired, or picked for firing (its event is published or on its way).
+    /// Fired (DueTimeReached or TimerExpired), or picked for firing (its event is published or
+    /// on its way).
     AlreadyReached,
     /// No timer had the key: a tombstone now keeps an older `ScheduleTimer` from creating one.
     NotFound,
@@ -268,7 +314,7 @@ impl CancelOutcome {
             return CancelOutcome::NotFound;
         };
         match row.state {
-            TimerState::Reached => CancelOutcome::AlreadyReached,
+            TimerState::Reached | TimerState::Expired => CancelOutcome::AlreadyReached,
             // A newer ScheduleTimer came after this cancel: in stream order the cancel
             // happened and was superseded (the timer returned shows it).
             TimerState::Scheduled if row.command_seq > seq => CancelOutcome::Cancelled,

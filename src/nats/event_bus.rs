@@ -128,4 +128,8 @@ impl EventBus for NatsEventBus {
         }
         results
     }
+
+    fn link_up(&self) -> bool {
+        self.link.is_up()
+    }
 }

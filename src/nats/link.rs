@@ -160,6 +160,13 @@ impl LinkWatch {
         }
     }
 
+    /// Whether the client is connected (a watch without a client yet: as far as it knows).
+    pub fn is_up(&self) -> bool {
+        self.inner.client.get().is_none_or(|client| {
+            client.connection_state() == async_nats::connection::State::Connected
+        })
+    }
+
     /// The broker answered: it acknowledged a publish, or delivered to or closed a pull request.
     pub fn answered(&self) {
         self.state().answered_at = Instant::now();

@@ -40,4 +40,12 @@ pub trait EventBus: Send + Sync + 'static {
     /// Publishes every event and waits until the broker has stored each (or refused it).
     /// Returns one outcome per event, in order.
     async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published>;
+
+    /// Whether the link to the broker is up as far as the client knows. An event handed over
+    /// while it is down waits in the client and goes out as it was built once the link is
+    /// back: a timer with `expireAfter` is not handed over then, so that whether it expired is
+    /// decided when it can be published.
+    fn link_up(&self) -> bool {
+        true
+    }
 }

@@ -163,7 +163,24 @@ fn the_command_schemas_accept_what_the_service_accepts() {
     bad_id["id"] = json!("not-a-uuid");
     let mut wrong_type = schedule("acme", "sc-7", z.clone(), Value::Null);
     wrong_type["type"] = json!("CancelTimer");
-    for case in [no_id, bad_id, wrong_type] {
+    let mut expiring = Vec::new();
+    for after in [
+        json!("PT15M"),
+        json!("P1DT12H"),
+        json!("PT90S"),
+        json!("PT0.25S"),
+        json!(null),
+        json!("15m"),
+        json!("P1Y"),
+        json!("P1M"),
+        json!("PT1.5M"),
+        json!(900),
+    ] {
+        let mut case = schedule("acme", "sc-7", z.clone(), Value::Null);
+        case["payload"]["expireAfter"] = after;
+        expiring.push(case);
+    }
+    for case in [no_id, bad_id, wrong_type].into_iter().chain(expiring) {
         checked.push(("schedule-timer", "timer.cmd.schedule.acme".into(), case));
     }
     for payload in [
@@ -263,6 +280,10 @@ fn timer(id: &str, state: TimerState) -> Timer {
     match state {
         TimerState::Scheduled => {}
         TimerState::Reached => timer.reached_at = at,
+        TimerState::Expired => {
+            timer.reached_at = at;
+            timer.expires_at = timer.due_at;
+        }
         TimerState::Cancelled => timer.cancelled_at = at,
     }
     timer.state = state;

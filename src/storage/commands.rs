@@ -188,8 +188,9 @@ const REFUSED_CANCEL: &str = "(excluded.state = 'Cancelled' \
 ///   refused, but its sequence is remembered, so an older command arriving later changes
 ///   nothing;
 /// - otherwise the state is the command's, the sequence is remembered, a schedule brings its
-///   `dueAt`, correlation id and data (none clears it) and releases any claim, a cancel keeps
-///   the timer's own `dueAt`, correlation id and data and the time of the first cancel.
+///   `dueAt`, correlation id, data and deadline (none clears them) and releases any claim, a
+///   cancel keeps the timer's own `dueAt`, correlation id, data and deadline and the time of the
+///   first cancel.
 async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Result<u64, DbErr> {
     let mut written = 0;
     for mut round in rounds {
@@ -229,6 +230,13 @@ async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Resul
                     Expr::cust(
                         "CASE WHEN excluded.state = 'Scheduled' THEN excluded.trace_context \
                          ELSE timer_schedules.trace_context END",
+                    ),
+                )
+                .value(
+                    Column::ExpiresAt,
+                    Expr::cust(
+                        "CASE WHEN excluded.state = 'Scheduled' THEN excluded.expires_at \
+                         ELSE timer_schedules.expires_at END",
                     ),
                 )
                 .value(

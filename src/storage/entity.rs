@@ -27,6 +27,8 @@ pub struct Model {
     pub data: Option<String>,
     /// Its ScheduleTimer's W3C trace context (`TraceContext::encode`), NULL for none.
     pub trace_context: Option<String>,
+    /// `dueAt + expireAfter`, NULL for none: a firing after it is a TimerExpired.
+    pub expires_at: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -6,7 +6,8 @@
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Alias, Expr, ExprTrait, Func, Query, SelectStatement, SubQueryStatement};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
+    ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Select,
 };
 
 use super::entity::{self, Column, Entity};
@@ -218,7 +219,7 @@ pub fn list_queries(tenant_id: &str, filter: &ListFilter, limit: usize) -> Vec<S
     };
     for state in parts {
         let with_state = |query: Select<Entity>| match state {
-            Some(state) => query.filter(Column::State.eq(state.as_str())),
+            Some(state) => query.filter(state_condition(state)),
             None => query,
         };
         if tombstones_wanted && state.is_none_or(|s| s == TimerState::Cancelled) {
@@ -264,6 +265,21 @@ pub fn list_queries(tenant_id: &str, filter: &ListFilter, limit: usize) -> Vec<S
         );
     }
     queries
+}
+
+/// The rows of one state. `Expired` is stored as `Reached` (see `TimerState`): a fired row is
+/// one or the other by its `reached_at` against its `expires_at`, compared as text (the
+/// fixed-width format orders as time), as `expiry::is_expired` decided when it fired.
+fn state_condition(state: TimerState) -> Condition {
+    let stored = Condition::all().add(Column::State.eq(state.stored().as_str()));
+    let expired = Condition::all()
+        .add(Column::ExpiresAt.is_not_null())
+        .add(Expr::col(Column::ReachedAt).gt(Expr::col(Column::ExpiresAt)));
+    match state {
+        TimerState::Expired => stored.add(expired),
+        TimerState::Reached => stored.add(expired.not()),
+        TimerState::Scheduled | TimerState::Cancelled => stored,
+    }
 }
 
 /// `list` order: tombstones first (by serviceCallId), then by `(dueAt, serviceCallId)`.

@@ -8,8 +8,9 @@ use sea_orm::QueryResult;
 
 use super::StoreError;
 use super::entity;
+use crate::domain::expiry::is_expired;
 use crate::domain::timestamp::{format_utc, parse_stored};
-use crate::domain::{Action, Command, DueTimer, Timer, TimerData, TraceContext};
+use crate::domain::{Action, Command, DueTimer, Timer, TimerData, TimerState, TraceContext};
 
 pub(super) fn to_active_model(command: &Command) -> entity::ActiveModel {
     let row = command.new_row();
@@ -34,6 +35,7 @@ pub(super) fn to_active_model(command: &Command) -> entity::ActiveModel {
             Action::Schedule { .. } => command.trace.as_ref().map(TraceContext::encode),
             Action::Cancel => None,
         }),
+        expires_at: Set(row.expires_at.map(format_utc)),
     }
 }
 
@@ -94,12 +96,19 @@ pub(super) fn from_model(model: entity::Model) -> Result<Timer, StoreError> {
     };
     let optional =
         |field: &str, text: &Option<String>| text.as_deref().map(|t| time(field, t)).transpose();
+    let reached_at = optional("reached_at", &model.reached_at)?;
+    let expires_at = optional("expires_at", &model.expires_at)?;
+    let stored: TimerState = model.state.parse().map_err(corrupt)?;
     Ok(Timer {
         due_at: optional("due_at", &model.due_at)?,
         registered_at: time("registered_at", &model.registered_at)?,
-        reached_at: optional("reached_at", &model.reached_at)?,
+        reached_at,
         cancelled_at: optional("cancelled_at", &model.cancelled_at)?,
-        state: model.state.parse().map_err(corrupt)?,
+        state: match (stored, reached_at) {
+            (TimerState::Reached, Some(at)) if is_expired(expires_at, at) => TimerState::Expired,
+            _ => stored,
+        },
+        expires_at,
         command_seq: u64::try_from(model.command_seq).map_err(|e| corrupt(e.to_string()))?,
         cancelled_seq: model
             .cancelled_seq
@@ -128,6 +137,7 @@ pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreErro
             .trace_context
             .as_deref()
             .and_then(TraceContext::decode),
+        expires_at: parse_optional_time("expires_at", model.expires_at)?,
         tenant_id: model.tenant_id,
         service_call_id: model.service_call_id,
         correlation_id: model.correlation_id,
@@ -136,7 +146,7 @@ pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreErro
 }
 
 /// A claimed row as a claim statement returns it (`RETURNING tenant_id, service_call_id,
-/// correlation_id, due_at, data, trace_context`).
+/// correlation_id, due_at, data, trace_context, expires_at`).
 pub(super) fn due_timer(row: &QueryResult) -> Result<DueTimer, StoreError> {
     let tenant_id: String = row.try_get("", "tenant_id")?;
     due_timer_of(tenant_id, row)
@@ -147,9 +157,11 @@ pub(super) fn due_timer_of(tenant_id: String, row: &QueryResult) -> Result<DueTi
     let due_at: String = row.try_get("", "due_at")?;
     let service_call_id: String = row.try_get("", "service_call_id")?;
     let trace: Option<String> = row.try_get("", "trace_context")?;
+    let expires_at: Option<String> = row.try_get("", "expires_at")?;
     Ok(DueTimer {
         data: claimed_data_of(&tenant_id, &service_call_id, row.try_get("", "data")?),
         trace: trace.as_deref().and_then(TraceContext::decode),
+        expires_at: parse_optional_time("expires_at", expires_at)?,
         tenant_id,
         service_call_id,
         correlation_id: row.try_get("", "correlation_id")?,

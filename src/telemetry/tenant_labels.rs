@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 
-use super::{TENANT_FIRE_LATENESS, TENANT_FIRED, TENANT_OVERDUE, TENANT_PENDING, TENANT_REJECTED};
+use super::{
+    TENANT_EXPIRED, TENANT_FIRE_LATENESS, TENANT_FIRED, TENANT_OVERDUE, TENANT_PENDING,
+    TENANT_REJECTED,
+};
 use crate::domain::RejectionKind;
 
 /// The series of the labelled tenants.
@@ -27,6 +30,7 @@ struct TenantSeries {
     pending: Gauge,
     overdue: Gauge,
     fired: Counter,
+    expired: Counter,
     lateness: Histogram,
     rejected: HashMap<RejectionKind, Counter>,
 }
@@ -51,10 +55,12 @@ impl TenantLabels {
                     pending: metrics::gauge!(TENANT_PENDING, &[label()]),
                     overdue: metrics::gauge!(TENANT_OVERDUE, &[label()]),
                     fired: metrics::counter!(TENANT_FIRED, &[label()]),
+                    expired: metrics::counter!(TENANT_EXPIRED, &[label()]),
                     lateness: metrics::histogram!(TENANT_FIRE_LATENESS, &[label()]),
                     rejected,
                 };
                 series.fired.absolute(0);
+                series.expired.absolute(0);
                 (tenant.clone(), series)
             })
             .collect();
@@ -82,6 +88,13 @@ impl TenantLabels {
         if let Some(series) = self.series.get(tenant_id) {
             series.fired.increment(1);
             series.lateness.record(lateness.as_secs_f64());
+        }
+    }
+
+    /// Counts one timer of a labelled tenant fired as TimerExpired.
+    pub fn record_expired(&self, tenant_id: &str) {
+        if let Some(series) = self.series.get(tenant_id) {
+            series.expired.increment(1);
         }
     }
 

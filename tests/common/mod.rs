@@ -856,7 +856,11 @@ pub fn schedule_at(
         tenant_id: tenant.into(),
         service_call_id: id.into(),
         correlation_id: format!("corr-{seq}"),
-        action: timer_service::domain::Action::Schedule { due_at, data: None },
+        action: timer_service::domain::Action::Schedule {
+            due_at,
+            data: None,
+            expires_at: None,
+        },
         seq,
         received_at: due_at,
         trace: None,

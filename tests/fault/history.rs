@@ -32,8 +32,11 @@ impl std::fmt::Display for Key {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
-    /// A ScheduleTimer command.
-    Schedule { due_at: Instant },
+    /// A ScheduleTimer command, with its `expireAfter` when it set one.
+    Schedule {
+        due_at: Instant,
+        expire_after: Option<chrono::Duration>,
+    },
     /// A CancelTimer command.
     Cancel,
     /// A cancel through `timer.api.cancel.<tenant>`.
@@ -92,7 +95,7 @@ impl Op {
 
     pub fn due_at(&self) -> Option<Instant> {
         match self.command {
-            Command::Schedule { due_at } => Some(due_at),
+            Command::Schedule { due_at, .. } => Some(due_at),
             _ => None,
         }
     }

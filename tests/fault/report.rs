@@ -199,10 +199,11 @@ pub fn render(run: &Run, verdict: &Verdict, elapsed: std::time::Duration) -> Str
     let _ = writeln!(
         out,
         "  commands re-sent after a failed publish: {}; commands that lost a race to a \
-         firing (allowed): {}; duplicates: {}",
+         firing (allowed): {}; duplicates: {}; firings published as TimerExpired: {}",
         run.ops.iter().filter(|op| op.attempts > 1).count(),
         verdict.lost_races,
-        verdict.duplicates.len()
+        verdict.duplicates.len(),
+        verdict.expired
     );
     let summary = summary(run, verdict);
     if !summary.is_empty() {
@@ -265,7 +266,7 @@ fn story(run: &Run, verdict: &Verdict, key: &super::history::Key) -> String {
     let mut out = String::new();
     for op in run.ops.iter().filter(|op| &op.key == key) {
         let command = match &op.command {
-            Command::Schedule { due_at } => format!("schedule due {}", time(*due_at)),
+            Command::Schedule { due_at, .. } => format!("schedule due {}", time(*due_at)),
             Command::Cancel => "cancel".into(),
             Command::ApiCancel => "API cancel".into(),
         };

@@ -118,11 +118,27 @@ impl Client {
     }
 
     pub async fn schedule(&self, key: &Key, due_at: Instant) -> Outcome {
-        let command = schedule_command(&key.tenant, &key.id, &rfc3339(due_at), None);
+        self.schedule_expiring(key, due_at, None).await
+    }
+
+    /// A ScheduleTimer with `expireAfter` (whole seconds) when given.
+    pub async fn schedule_expiring(
+        &self,
+        key: &Key,
+        due_at: Instant,
+        expire_after: Option<chrono::Duration>,
+    ) -> Outcome {
+        let mut command = schedule_command(&key.tenant, &key.id, &rfc3339(due_at), None);
+        if let Some(after) = expire_after {
+            command["payload"]["expireAfter"] = json!(format!("PT{}S", after.num_seconds()));
+        }
         let bytes = serde_json::to_vec(&command).expect("json");
         self.send(
             key,
-            Command::Schedule { due_at },
+            Command::Schedule {
+                due_at,
+                expire_after,
+            },
             &format!("timer.cmd.schedule.{}", key.tenant),
             &bytes,
         )
@@ -206,7 +222,10 @@ impl Client {
             acked += usize::from(sent.outcome == Outcome::Acked);
             self.recorder.record(Op {
                 key: Key::new(tenant, &sent.id),
-                command: Command::Schedule { due_at },
+                command: Command::Schedule {
+                    due_at,
+                    expire_after: None,
+                },
                 outcome: sent.outcome,
                 invoked: sent.invoked,
                 completed: sent.completed,
@@ -325,14 +344,22 @@ async fn worker(
                 .then(|| candidates[rng.between(0, candidates.len() as i64) as usize])
         };
         if roll < 20 {
-            // Due at once, in the past, or within two seconds; never touched again.
+            // Due at once, in the past, or within two seconds; never touched again. Some may
+            // expire: 10 s overdue with 5 s to spare always does (TimerExpired), within two
+            // seconds with an hour to spare never does under these faults.
             let key = fresh(&mut n);
-            let due = match rng.between(0, 3) {
-                0 => crate::common::millis(Utc::now() - chrono::Duration::seconds(10)),
-                1 => crate::common::millis(Utc::now()),
-                _ => due_in(&mut rng, 200, 2_000, None),
+            let past = crate::common::millis(Utc::now() - chrono::Duration::seconds(10));
+            let (due, expire_after) = match rng.between(0, 5) {
+                0 => (past, None),
+                1 => (crate::common::millis(Utc::now()), None),
+                2 => (due_in(&mut rng, 200, 2_000, None), None),
+                3 => (past, Some(chrono::Duration::seconds(5))),
+                _ => (
+                    due_in(&mut rng, 200, 2_000, None),
+                    Some(chrono::Duration::hours(1)),
+                ),
             };
-            client.schedule(&key, due).await;
+            client.schedule_expiring(&key, due, expire_after).await;
         } else if roll < 40 || live.is_empty() {
             let key = fresh(&mut n);
             let due = due_in(&mut rng, 3_500, 8_000, None);

@@ -148,6 +148,7 @@ mod tests {
                 correlation_id: String::new(),
                 due_at: DateTime::UNIX_EPOCH,
                 data: None,
+                expires_at: None,
                 trace: None,
             })
             .collect();

@@ -20,7 +20,7 @@ use super::marks::Fired;
 use super::queue::{Queue, Waiting};
 use super::window::BrokerWindow;
 use super::{PollerArgs, PollerMsg};
-use crate::domain::events::{due_message_id, due_time_reached};
+use crate::domain::events::{TIMER_EXPIRED, due_message_id, firing_event};
 use crate::domain::{DueTimer, Subjects};
 use crate::ports::{Clock, EventBus, OutgoingEvent, Stored};
 use crate::telemetry::spans;
@@ -178,8 +178,12 @@ impl Publisher {
         while self.publishing < self.window.size() && !self.queue.is_empty() {
             let batch = self.queue.pop_many(self.batch_size);
             // One `reachedAt` per batch: the latest of its claims' instants, at which every one
-            // of its timers was due.
-            let reached_at = batch.iter().map(|w| w.reached_at).max();
+            // of its timers was due. A batch with a timer that may expire is stamped when it is
+            // handed over, if that is later: its timers may have waited in the queue, and
+            // whether they expired is decided by the stamp (`events::firing_event`).
+            let expiring = batch.iter().any(|w| w.timer.expires_at.is_some());
+            let handed_over = expiring.then(|| self.clock.now());
+            let reached_at = batch.iter().map(|w| w.reached_at).chain(handed_over).max();
             let started = batch.iter().map(|w| w.started).min();
             let (Some(reached_at), Some(started)) = (reached_at, started) else {
                 break;
@@ -236,7 +240,8 @@ impl Publisher {
     }
 }
 
-/// Publishes `DueTimeReached` for each timer, stamped `reached_at`; returns the timers the
+/// Publishes each timer's event stamped `reached_at` (its DueTimeReached, or its TimerExpired
+/// past its deadline: `events::firing_event`); returns the timers the
 /// broker acknowledged, the first error, and how long the broker took. Lateness is measured to
 /// the broker's acknowledgement: a timer is fired when its event is stored, not when claimed.
 /// An event the broker already held (a duplicate) is marked like any other but counted as
@@ -251,10 +256,15 @@ async fn publish(
     let mut events = Vec::with_capacity(due.len());
     let mut timers = Vec::with_capacity(due.len());
     let mut spans = Vec::new();
+    let (due, held_back) = hold_back_expiring(bus, due);
     for timer in due {
-        match serde_json::to_vec(&due_time_reached(&timer, reached_at)) {
-            Ok(payload) => {
-                let subject = subjects.due(&timer.tenant_id);
+        match firing_event(&timer, reached_at) {
+            Ok((kind, payload)) => {
+                let subject = if kind == TIMER_EXPIRED {
+                    subjects.expired(&timer.tenant_id)
+                } else {
+                    subjects.due(&timer.tenant_id)
+                };
                 let message_id = due_message_id(&timer);
                 // The event carries its publish span on, when one is recorded.
                 let span =
@@ -273,7 +283,7 @@ async fn publish(
             }
             Err(e) => tracing::error!(actor = "poller", tenant_id = %timer.tenant_id,
                 service_call_id = %timer.service_call_id, error = %e,
-                "cannot encode DueTimeReached"),
+                "cannot encode the timer's event"),
         }
     }
     let handed_over = std::time::Instant::now();
@@ -283,7 +293,7 @@ async fn publish(
     let lateness = metrics::histogram!(crate::telemetry::FIRE_LATENESS);
     end_spans(spans, &results);
     let mut fired = Vec::with_capacity(timers.len());
-    let mut error = None;
+    let mut error = held_back;
     for (timer, result) in timers.into_iter().zip(results) {
         match result {
             Ok(Stored::Duplicate) => {
@@ -291,15 +301,25 @@ async fn publish(
                 fired.push(timer);
             }
             Ok(Stored::New) => {
-                tracing::debug!(actor = "poller", tenant_id = %timer.tenant_id,
-                    service_call_id = %timer.service_call_id, due_at = %timer.due_at,
-                    lateness_ms = (reached_at - timer.due_at).num_milliseconds(),
-                    "DueTimeReached published");
+                let expired = timer.expired_at(reached_at);
+                let lateness_ms = (reached_at - timer.due_at).num_milliseconds();
+                if expired {
+                    tracing::debug!(actor = "poller", tenant_id = %timer.tenant_id,
+                        service_call_id = %timer.service_call_id, due_at = %timer.due_at,
+                        lateness_ms, "TimerExpired published");
+                } else {
+                    tracing::debug!(actor = "poller", tenant_id = %timer.tenant_id,
+                        service_call_id = %timer.service_call_id, due_at = %timer.due_at,
+                        lateness_ms, "DueTimeReached published");
+                }
                 let late = (acknowledged_at - timer.due_at)
                     .to_std()
                     .unwrap_or_default();
                 lateness.record(late.as_secs_f64());
                 crate::telemetry::record_fired(&timer.tenant_id, late);
+                if expired {
+                    crate::telemetry::record_expired(&timer.tenant_id);
+                }
                 fired.push(timer);
             }
             Err(e) => {
@@ -308,6 +328,22 @@ async fn publish(
         }
     }
     (fired, error, took)
+}
+
+/// While the broker link is down, the timers that may expire are kept from the client (see
+/// `EventBus::link_up`): they stay claimed, fail as unpublished, and are claimed again, and
+/// decided again, once the link is back. The rest go as always; the error is the batch's.
+fn hold_back_expiring(bus: &dyn EventBus, due: Vec<DueTimer>) -> (Vec<DueTimer>, Option<String>) {
+    if due.iter().all(|t| t.expires_at.is_none()) || bus.link_up() {
+        return (due, None);
+    }
+    let (expiring, rest): (Vec<DueTimer>, Vec<DueTimer>) =
+        due.into_iter().partition(|t| t.expires_at.is_some());
+    let error = format!(
+        "the broker link is down: {} timers with expireAfter wait for it",
+        expiring.len()
+    );
+    (rest, Some(error))
 }
 
 /// Ends the publish spans (one per event, or none without an exporter) at the broker's answer.

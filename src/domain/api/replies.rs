@@ -36,6 +36,11 @@ pub struct TimerView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<schema_types::Data>")]
     pub data: Option<TimerData>,
+    /// `dueAt + expireAfter`: fired after it, the timer is `Expired` (it published
+    /// TimerExpired). Absent when its ScheduleTimer set no `expireAfter`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<schema_types::UtcInstant>")]
+    pub expires_at: Option<String>,
 }
 
 impl From<&Timer> for TimerView {
@@ -50,6 +55,7 @@ impl From<&Timer> for TimerView {
             cancelled_at: timer.cancelled_at.map(format_utc),
             state: timer.state.as_str().to_owned(),
             data: timer.data.clone(),
+            expires_at: timer.expires_at.map(format_utc),
         }
     }
 }

@@ -152,6 +152,7 @@ fn timer_with_data(i: usize, data: Option<&str>) -> Timer {
         command_seq: i as u64,
         cancelled_seq: None,
         data: data.map(|d| TimerData::from_stored(d.into()).unwrap()),
+        expires_at: None,
     }
 }
 

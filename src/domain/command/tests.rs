@@ -57,7 +57,12 @@ fn accepts_the_contract_example() {
     assert_eq!(cmd.service_call_id, "sc-7");
     assert_eq!(cmd.correlation_id, "req-42");
     assert_eq!(cmd.seq, 7);
-    let Action::Schedule { due_at, data } = cmd.action else {
+    let Action::Schedule {
+        due_at,
+        data,
+        expires_at: None,
+    } = cmd.action
+    else {
         panic!("a schedule")
     };
     assert_eq!(
@@ -399,16 +404,17 @@ fn cmd_due(cmd: &Command) -> chrono::DateTime<chrono::Utc> {
 #[test]
 fn the_commands_this_service_builds_pass_its_own_validation() {
     let now = chrono::DateTime::UNIX_EPOCH;
-    let schedule = schedule_timer_command("acme", "sc-7", "2026-11-22T10:00:00Z", None, None, now);
+    let plain = ScheduleTimerPayload::new("acme", "sc-7", "2026-11-22T10:00:00Z");
+    let schedule = schedule_timer_command(plain.clone(), now);
     let cmd = parse(SUBJECT, &serde_json::to_value(schedule).unwrap()).unwrap();
     assert!(matches!(cmd.action, Action::Schedule { data: None, .. }));
     let data: crate::domain::TimerData = serde_json::from_str(r#"{"order":42}"#).unwrap();
     let schedule = schedule_timer_command(
-        "acme",
-        "sc-7",
-        "2026-11-22T10:00:00Z",
-        None,
-        Some(data.clone()),
+        ScheduleTimerPayload {
+            data: Some(data.clone()),
+            expire_after: Some("PT1M".into()),
+            ..plain
+        },
         now,
     );
     let cmd = parse(SUBJECT, &serde_json::to_value(schedule).unwrap()).unwrap();
@@ -416,7 +422,8 @@ fn the_commands_this_service_builds_pass_its_own_validation() {
         cmd.action,
         Action::Schedule {
             due_at: cmd_due(&cmd),
-            data: Some(data)
+            data: Some(data),
+            expires_at: Some(cmd_due(&cmd) + chrono::Duration::minutes(1)),
         }
     );
     let cancel = cancel_timer_command("acme", "sc-7", "corr", now);

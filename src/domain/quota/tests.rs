@@ -14,6 +14,7 @@ pub(super) fn schedule(tenant: &str, id: &str, seq: u64) -> Command {
         action: Action::Schedule {
             due_at: DateTime::UNIX_EPOCH,
             data: None,
+            expires_at: None,
         },
         seq,
         received_at: DateTime::UNIX_EPOCH,

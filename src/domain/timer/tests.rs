@@ -15,6 +15,7 @@ pub(crate) fn schedule(scid: &str, seq: u64, due_ms: i64) -> Command {
         action: Action::Schedule {
             due_at: at(due_ms),
             data: None,
+            expires_at: None,
         },
         seq,
         received_at: at(seq as i64),
@@ -208,4 +209,37 @@ fn state_text_round_trips() {
         assert_eq!(s.as_str().parse::<TimerState>().unwrap(), s);
     }
     assert!("Fired".parse::<TimerState>().is_err());
+}
+
+#[test]
+fn the_deadline_follows_the_last_schedule_and_a_fired_timer_past_it_is_final() {
+    let expiring = |seq: u64, due: i64, deadline: i64| {
+        let mut command = schedule("k", seq, due);
+        if let Action::Schedule { expires_at, .. } = &mut command.action {
+            *expires_at = Some(at(deadline));
+        }
+        command
+    };
+    let first = apply(None, &expiring(1, 100, 200));
+    assert_eq!(first.as_ref().unwrap().expires_at, Some(at(200)));
+    let cancelled = apply(first, &cancel("k", 2));
+    assert_eq!(cancelled.as_ref().unwrap().expires_at, Some(at(200)));
+    let plain = apply(cancelled, &schedule("k", 3, 300));
+    assert_eq!(
+        plain.as_ref().unwrap().expires_at,
+        None,
+        "cleared by a schedule without"
+    );
+    let mut fired = apply(plain, &expiring(4, 400, 500)).unwrap();
+    assert_eq!(fired.expires_at, Some(at(500)));
+    fired.state = TimerState::Expired;
+    assert_eq!(
+        apply_command(Some(&fired), &schedule("k", 5, 600), false),
+        None
+    );
+    assert_eq!(apply_command(Some(&fired), &cancel("k", 6), false), None);
+    assert_eq!(
+        CancelOutcome::of(Some(&fired), 6),
+        CancelOutcome::AlreadyReached
+    );
 }

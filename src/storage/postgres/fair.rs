@@ -55,8 +55,10 @@ const CLAIM: &str = concat!(
      claimed AS (UPDATE timer_schedules t \
        SET claimed_by = $1, claim_until = (SELECT until_text FROM clock) \
        WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) \
-       RETURNING t.tenant_id, t.service_call_id, t.correlation_id, t.due_at, t.data, t.trace_context) \
-     SELECT c.tenant_id, c.service_call_id, c.correlation_id, c.due_at, c.data, c.trace_context, clock.now_us, \
+       RETURNING t.tenant_id, t.service_call_id, t.correlation_id, t.due_at, t.data, t.trace_context, \
+       t.expires_at) \
+     SELECT c.tenant_id, c.service_call_id, c.correlation_id, c.due_at, c.data, c.trace_context, \
+       c.expires_at, clock.now_us, \
        NULL::text AS next_due, NULL::text AS next_lapse \
      FROM clock LEFT JOIN claimed c ON true"
 );

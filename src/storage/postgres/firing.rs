@@ -55,9 +55,11 @@ macro_rules! claim {
      claimed AS (UPDATE timer_schedules t \
        SET claimed_by = $1, claim_until = (SELECT until_text FROM clock) \
        WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) \
-       RETURNING t.tenant_id, t.service_call_id, t.correlation_id, t.due_at, t.data, t.trace_context), \
+       RETURNING t.tenant_id, t.service_call_id, t.correlation_id, t.due_at, t.data, t.trace_context, \
+       t.expires_at), \
      counted AS (SELECT count(*) AS n FROM claimed) \
-     SELECT c.tenant_id, c.service_call_id, c.correlation_id, c.due_at, c.data, c.trace_context, clock.now_us, \
+     SELECT c.tenant_id, c.service_call_id, c.correlation_id, c.due_at, c.data, c.trace_context, \
+       c.expires_at, clock.now_us, \
        CASE WHEN (SELECT n FROM counted) < $3 THEN \
          (SELECT min(due_at) FROM timer_schedules \
            WHERE state = 'Scheduled' AND due_at > (SELECT now_text FROM clock)) END AS next_due, \

@@ -79,7 +79,7 @@ pub(super) async fn claim(
     let shares = vec![SHARE; serve.len()].join(" UNION ALL ");
     let sql = format!(
         "UPDATE timer_schedules SET claimed_by = ?, claim_until = ? WHERE rowid IN ({shares}) \
-         RETURNING tenant_id, service_call_id, correlation_id, due_at, data, trace_context"
+         RETURNING tenant_id, service_call_id, correlation_id, due_at, data, trace_context, expires_at"
     );
     let mut values: Vec<Value> = vec![claimant.name.clone().into(), format_utc(until).into()];
     for tenant in serve {

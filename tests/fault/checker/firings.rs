@@ -46,25 +46,37 @@ pub fn distinct_messages(run: &Run) -> Vec<Message> {
     out
 }
 
-/// A DueTimeReached read from `timer.evt.due.<tenant>`.
+/// A firing's event: a DueTimeReached read from `timer.evt.due.<tenant>`, or a TimerExpired
+/// from `timer.evt.expired.<tenant>` (with its `expiresAt`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DueEvent {
     pub key: Key,
     pub due_at: Instant,
     pub reached_at: Instant,
+    /// `Some` for a TimerExpired.
+    pub expires_at: Option<Instant>,
 }
 
-/// Parses a message on `timer.evt.due.<t>` as a DueTimeReached of tenant t, or says why it is
-/// not one.
+/// Whether `subject` is one a firing's event goes to.
+pub fn is_firing_subject(subject: &str) -> bool {
+    subject.starts_with("timer.evt.due.") || subject.starts_with("timer.evt.expired.")
+}
+
+/// Parses a message on `timer.evt.due.<t>` as a DueTimeReached of tenant t, or one on
+/// `timer.evt.expired.<t>` as a TimerExpired, or says why it is not one.
 pub fn parse_due(subject: &str, payload: &[u8]) -> Result<DueEvent, String> {
-    let tenant = subject
-        .strip_prefix("timer.evt.due.")
-        .filter(|t| !t.is_empty() && !t.contains('.'))
-        .ok_or_else(|| format!("not a due subject: {subject}"))?;
+    let (kind, tenant) = [
+        ("DueTimeReached", "timer.evt.due."),
+        ("TimerExpired", "timer.evt.expired."),
+    ]
+    .into_iter()
+    .find_map(|(kind, prefix)| subject.strip_prefix(prefix).map(|tenant| (kind, tenant)))
+    .filter(|(_, t)| !t.is_empty() && !t.contains('.'))
+    .ok_or_else(|| format!("not a firing's subject: {subject}"))?;
     let envelope: Value = serde_json::from_slice(payload)
         .map_err(|e| format!("not JSON ({e}): {}", preview(payload)))?;
-    if envelope["type"] != "DueTimeReached" {
-        return Err(format!("not a DueTimeReached: {}", preview(payload)));
+    if envelope["type"] != kind {
+        return Err(format!("not a {kind}: {}", preview(payload)));
     }
     let body = &envelope["payload"];
     if envelope["tenantId"] != tenant || body["tenantId"] != tenant {
@@ -86,6 +98,10 @@ pub fn parse_due(subject: &str, payload: &[u8]) -> Result<DueEvent, String> {
         key: Key::new(tenant, id),
         due_at: instant("dueAt")?,
         reached_at: instant("reachedAt")?,
+        expires_at: match kind {
+            "TimerExpired" => Some(instant("expiresAt")?),
+            _ => None,
+        },
     })
 }
 

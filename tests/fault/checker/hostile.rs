@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::super::history::{Command, Instant, Key, Outcome, Row, Run, Window};
 
-use super::firings::{Message, parse_due, preview};
+use super::firings::{Message, is_firing_subject, parse_due, preview};
 use super::{Invariant, Verdict};
 
 pub(super) fn check_isolation(run: &Run, messages: &[Message], verdict: &mut Verdict) {
@@ -29,7 +29,7 @@ pub(super) fn check_isolation(run: &Run, messages: &[Message], verdict: &mut Ver
     let hostile: BTreeSet<&Key> = run.hostile.iter().map(|h| &h.key).collect();
     for message in messages {
         let subject = message.subject.as_str();
-        let problem = if subject.starts_with("timer.evt.due.") {
+        let problem = if is_firing_subject(subject) {
             match parse_due(subject, &message.payload) {
                 Ok(event)
                     if scheduled.contains(&(&event.key, event.due_at))

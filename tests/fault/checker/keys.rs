@@ -146,7 +146,7 @@ pub fn check_key(
     };
     let op = ops[last];
     match (&op.command, &op.outcome) {
-        (Command::Schedule { due_at }, _) => {
+        (Command::Schedule { due_at, .. }, _) => {
             if let Some(&fired_at) = fired.get(due_at) {
                 if row_state != Some("Reached") || row_due != Some(*due_at) {
                     verdict.violate(
@@ -163,7 +163,7 @@ pub fn check_key(
             }
             // A command that may have been stored after it explains the row.
             let trailing_explains = trailing.iter().any(|t| match t.command {
-                Command::Schedule { due_at } => fired.contains_key(&due_at),
+                Command::Schedule { due_at, .. } => fired.contains_key(&due_at),
                 Command::Cancel | Command::ApiCancel => row_state == Some("Cancelled"),
             });
             if trailing_explains {
@@ -278,7 +278,10 @@ mod tests {
         let unknown = check(&run(
             vec![op(
                 "k1",
-                Command::Schedule { due_at: t(5_000) },
+                Command::Schedule {
+                    due_at: t(5_000),
+                    expire_after: None,
+                },
                 Outcome::Unknown("timeout".into()),
                 4_000,
             )],

@@ -3,7 +3,7 @@
 //! small hand-made histories in the tests beside it. One file per concern: `firings` (what fired,
 //! and (b)), `keys` ((a), (c), (d)), `hostile` ((e), (g)), `liveness` ((f), and the periods a
 //! fault disturbs), `fairness` beside the checker ((h)), `after_heal` ((i), (k)), `leftovers` ((j)),
-//! `refusals` ((l)).
+//! `refusals` ((l)), `expiry` ((m)).
 //!
 //! The invariants:
 //! - (a) every acknowledged ScheduleTimer that is its key's last command fires: an event for
@@ -17,7 +17,8 @@
 //!   command. A command may lose to a firing only when the firing came first: the event was
 //!   out before the command was acknowledged (plus a moment), or a fault held the command up
 //!   (the command's acknowledgement and the firing are separated by a disturbed period);
-//! - (e) isolation: every message on `timer.evt.due.<t>` is a DueTimeReached of tenant t for a
+//! - (e) isolation: every message on `timer.evt.due.<t>` is a DueTimeReached of tenant t (on
+//!   `timer.evt.expired.<t>` a TimerExpired) for a
 //!   (key, dueAt) tenant t scheduled; rejections appear only for tenants that sent invalid
 //!   commands; every message on `timer.cmd.<verb>.<t>` is a command of that verb and tenant;
 //!   nothing else appears on `timer.evt.>`;
@@ -41,11 +42,16 @@
 //!   and the heal (in `after_heal`, as (i));
 //! - (l) a refusal is final: of the schedules sent past a tenant's quota while the daemon was
 //!   frozen again and again, no key is both rejected for the quota and stored, and each one
-//!   acknowledged is one of the two (in `refusals`).
+//!   acknowledged is one of the two (in `refusals`);
+//! - (m) expiry: each firing of a timer with `expireAfter` is one event, never both, and the
+//!   one its `reachedAt` dictates: TimerExpired past `dueAt + expireAfter`, DueTimeReached
+//!   otherwise; a timer without it never expires (in `expiry`). The workload's timers 10 s
+//!   overdue with 5 s to spare always expire (an (a) firing like any other).
 //!
 //! Duplicates (one firing stored more than once) are allowed and counted.
 
 mod after_heal;
+mod expiry;
 mod firings;
 mod hostile;
 mod keys;
@@ -86,10 +92,11 @@ pub enum Invariant {
     Consumed,
     PathHeal,
     RefusalFinal,
+    Expiry,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 12] = [
+    pub const ALL: [Invariant; 13] = [
         Self::Fires,
         Self::NotEarly,
         Self::CancelHolds,
@@ -102,6 +109,7 @@ impl Invariant {
         Self::Consumed,
         Self::PathHeal,
         Self::RefusalFinal,
+        Self::Expiry,
     ];
 
     pub fn letter(self) -> &'static str {
@@ -118,6 +126,7 @@ impl Invariant {
             Self::Consumed => "j",
             Self::PathHeal => "k",
             Self::RefusalFinal => "l",
+            Self::Expiry => "m",
         }
     }
 
@@ -147,6 +156,10 @@ impl Invariant {
             Self::RefusalFinal => {
                 "a command refused for its quota is never stored from a later copy, nor a stored \
                  one refused; each acknowledged one is one or the other"
+            }
+            Self::Expiry => {
+                "a timer with expireAfter fires as one event, TimerExpired exactly when past its \
+                 deadline; one without it never expires"
             }
         }
     }
@@ -188,6 +201,8 @@ pub struct Verdict {
     pub after_heal: Vec<AfterHeal>,
     /// Per flood past a quota, in order: what (l) found.
     pub quota_floods: Vec<FloodVerdict>,
+    /// Firings published as TimerExpired.
+    pub expired: usize,
 }
 
 impl Verdict {
@@ -223,6 +238,8 @@ pub fn check(run: &Run) -> Verdict {
     after_heal::check_after_heal(run, &mut verdict);
     leftovers::check_leftovers(run, &mut verdict);
     refusals::check_refusals(run, &messages, &mut verdict);
+    expiry::check_expiry(run, &messages, &mut verdict);
+    verdict.expired = expiry::expired_count(&messages);
     verdict.violations.sort_by_key(|v| v.at);
     verdict
 }
@@ -254,7 +271,10 @@ pub(crate) mod tests {
     pub(crate) fn schedule(id: &str, due: i64, acked_at: i64) -> Op {
         op(
             id,
-            Command::Schedule { due_at: t(due) },
+            Command::Schedule {
+                due_at: t(due),
+                expire_after: None,
+            },
             Outcome::Acked,
             acked_at,
         )

@@ -205,7 +205,10 @@ fn feed(
                 }
                 client.recorder.record(Op {
                     key: Key::new(BURST_TENANT, id),
-                    command: Command::Schedule { due_at },
+                    command: Command::Schedule {
+                        due_at,
+                        expire_after: None,
+                    },
                     outcome,
                     invoked,
                     completed: Utc::now(),
