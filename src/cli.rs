@@ -136,14 +136,30 @@ pub enum TimersCommand {
         #[arg(long)]
         all: bool,
     },
-    /// Cancel a pending timer; answers once the cancel is applied.
+    /// Cancel a pending timer, or with --all every pending timer matching the filters given
+    /// (of a correlation id, due in a range; none: all of the tenant's); answers once applied.
     Cancel {
         /// The tenant (tenantId) the timer belongs to.
         #[arg(long)]
         tenant: String,
         /// The timer's serviceCallId.
+        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Cancel many: every pending timer matching the filters (a CancelTimers).
         #[arg(long)]
-        id: String,
+        all: bool,
+        /// With --all: the timers of this correlation id.
+        #[arg(long, requires = "all")]
+        correlation_id: Option<String>,
+        /// With --all: the timers due at or after this instant (RFC 3339).
+        #[arg(long, requires = "all")]
+        due_from: Option<String>,
+        /// With --all: the timers due before this instant (RFC 3339).
+        #[arg(long, requires = "all")]
+        due_to: Option<String>,
+        /// With --all: count the timers it would cancel, and cancel none.
+        #[arg(long, requires = "all")]
+        dry_run: bool,
     },
     /// Count a tenant's pending and overdue timers, and show the next dueAt.
     Stats {
@@ -254,7 +270,45 @@ pub async fn run(args: TimersArgs) -> Result<(), CliError> {
                 }
             }
         }
-        TimersCommand::Cancel { tenant, id } => {
+        TimersCommand::Cancel {
+            tenant,
+            id: None,
+            correlation_id,
+            due_from,
+            due_to,
+            dry_run,
+            ..
+        } => {
+            let mut request = json!({ "dryRun": dry_run });
+            for (key, value) in [
+                ("correlationId", &correlation_id),
+                ("dueFrom", &due_from),
+                ("dueTo", &due_to),
+            ] {
+                if let Some(value) = value {
+                    request[key] = json!(value);
+                }
+            }
+            if correlation_id.is_none() && due_from.is_none() && due_to.is_none() {
+                request["all"] = json!(true);
+            }
+            let reply = client.cancel_many(&tenant, request).await?;
+            if json {
+                print_json(&json!({ "count": reply.count, "dryRun": reply.dry_run }));
+            } else if reply.dry_run {
+                println!(
+                    "{tenant}: {} pending timers would be cancelled",
+                    reply.count
+                );
+            } else {
+                println!("{tenant}: {} timers cancelled", reply.count);
+            }
+        }
+        TimersCommand::Cancel {
+            tenant,
+            id: Some(id),
+            ..
+        } => {
             let reply = client.cancel(&tenant, &id).await?;
             if json {
                 print_json(&json!({ "outcome": reply.outcome, "timer": reply.timer }));

@@ -66,6 +66,14 @@ pub struct CancelView {
     pub timer: Option<TimerView>,
 }
 
+/// `cancel-many` as the API answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelManyView {
+    pub count: u64,
+    pub dry_run: bool,
+}
+
 pub struct TimerClient {
     nats: async_nats::Client,
     js: jetstream::Context,
@@ -228,6 +236,16 @@ impl TimerClient {
     ) -> Result<CancelView, ClientError> {
         let body = serde_json::json!({ "serviceCallId": service_call_id });
         self.typed(Verb::Cancel, tenant_id, body).await
+    }
+
+    /// Cancels many of a tenant's pending timers through the API; `request` is its body (a
+    /// filter, or `all: true`, and `dryRun`). Answered once they are cancelled.
+    pub async fn cancel_many(
+        &self,
+        tenant_id: &str,
+        request: Value,
+    ) -> Result<CancelManyView, ClientError> {
+        self.typed(Verb::CancelMany, tenant_id, request).await
     }
 
     pub async fn stats(&self, tenant_id: &str) -> Result<StatsView, ClientError> {

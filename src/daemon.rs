@@ -9,6 +9,7 @@ use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorRef};
 
 use crate::actors::api_responder::ApiResponderArgs;
+use crate::actors::canceller::CancellerArgs;
 use crate::actors::checkpointer::CheckpointerArgs;
 use crate::actors::command_handler::CommandHandlerArgs;
 use crate::actors::gauges::GaugesArgs;
@@ -18,8 +19,9 @@ use crate::actors::persistence::PersistenceArgs;
 use crate::actors::poller::PollerArgs;
 use crate::actors::sweeper::SweeperArgs;
 use crate::actors::{
-    ApiResponder, Checkpointer, ChildSpec, CommandHandler, Gauges, Http, Janitor, Persistence,
-    PersistenceClient, Poller, Registry, Supervisor, SupervisorArgs, SupervisorMsg, Sweeper,
+    ApiResponder, Canceller, Checkpointer, ChildSpec, CommandHandler, Gauges, Http, Janitor,
+    Persistence, PersistenceClient, Poller, Registry, Supervisor, SupervisorArgs, SupervisorMsg,
+    Sweeper,
 };
 use crate::config::Config;
 use crate::domain::quota::Quotas;
@@ -28,7 +30,7 @@ use crate::nats::{
     self, JetStreamCommandPublisher, JetStreamCommandSourceFactory, JetStreamStrays, NatsApiServer,
     NatsEventBus,
 };
-use crate::ports::{Clock, SystemClock};
+use crate::ports::{Clock, CommandPublisher, SystemClock};
 use crate::stop::Reserve;
 
 mod name;
@@ -136,6 +138,9 @@ impl Daemon {
             tracing::info!(quotas = %in_force, "quotas in force");
         }
         let (quotas, quotas_in_force) = tokio::sync::watch::channel(Arc::new(in_force));
+        // Orders the API's commands, and tells when the commands before one are handled.
+        let publisher: Arc<dyn CommandPublisher> =
+            Arc::new(JetStreamCommandPublisher::new(js.clone(), names.clone()));
         // The children, in start order: Persistence first, since the others call it.
         let mut children = vec![
             ChildSpec::of::<Persistence>(PersistenceArgs {
@@ -160,6 +165,11 @@ impl Daemon {
                 polling_interval: config.polling_interval,
                 lease: config.claim_lease,
                 short_writes: database.short_writes_while_sharing(),
+            }),
+            // Before the CommandHandler, which hands it the CancelTimers it meets.
+            ChildSpec::of::<Canceller>(CancellerArgs {
+                registry: registry.clone(),
+                publisher: publisher.clone(),
             }),
             ChildSpec::of::<CommandHandler>(CommandHandlerArgs {
                 registry: registry.clone(),
@@ -190,7 +200,7 @@ impl Daemon {
                     &config.nats.inbox_prefix,
                     config.nats.inbox_per_tenant,
                 )),
-                publisher: Arc::new(JetStreamCommandPublisher::new(js, names)),
+                publisher,
                 clock: clock.clone(),
                 subjects,
                 max_in_flight_per_tenant: config.api.max_in_flight_per_tenant,

@@ -17,13 +17,14 @@ use schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value, json};
 
 use crate::domain::api::{
-    CancelReply, ErrorReply, GetReply, KeyRequest, ListReply, ListRequest, StatsReply,
-    StatsRequest, Verb,
+    CancelManyReply, CancelManyRequest, CancelReply, ErrorReply, GetReply, KeyRequest, ListReply,
+    ListRequest, StatsReply, StatsRequest, Verb,
 };
+use crate::domain::cancel_many::CANCEL_TIMERS;
 use crate::domain::command::{CANCEL_TIMER, SCHEDULE_TIMER};
 use crate::domain::events::{DUE_TIME_REACHED, TIMER_COMMAND_REJECTED, TIMER_EXPIRED};
 use crate::domain::{
-    CancelTimerPayload, DueTimeReached, MessageEnvelope, ScheduleTimerPayload,
+    CancelTimerPayload, CancelTimersPayload, DueTimeReached, MessageEnvelope, ScheduleTimerPayload,
     TimerCommandRejected, TimerExpired,
 };
 
@@ -105,6 +106,15 @@ pub fn all() -> Vec<SchemaFile> {
              (docs/CONTRACT.md §3). tenantId must be the same in the subject, the envelope and \
              the payload.",
         ),
+        envelope::<CancelTimersPayload>(
+            "cancel-timers",
+            CANCEL_TIMERS,
+            Direction::In,
+            "Cancels many of a tenant's pending timers: published by a client to \
+             timer.cmd.cancel-many.<tenantId> (docs/CONTRACT.md §3), with a filter \
+             (correlationId, dueFrom, dueTo) or all: true. tenantId must be the same in the \
+             subject, the envelope and the payload.",
+        ),
         envelope::<DueTimeReached>(
             "due-time-reached",
             DUE_TIME_REACHED,
@@ -153,6 +163,14 @@ pub fn all() -> Vec<SchemaFile> {
                 Direction::In,
                 &format!("The request on {on}; an empty body counts as {{}}."),
             ),
+            Verb::CancelMany => plain::<CancelManyRequest>(
+                &request,
+                Direction::In,
+                &format!(
+                    "The request on {on}: which pending timers of the tenant to cancel (a \
+                     filter, or all: true), and dryRun to only count them."
+                ),
+            ),
         });
         let description = format!("The reply to a request on {on}, when it succeeds.");
         files.push(match verb {
@@ -160,6 +178,7 @@ pub fn all() -> Vec<SchemaFile> {
             Verb::List => plain::<ListReply>(&reply, Direction::Out, &description),
             Verb::Cancel => plain::<CancelReply>(&reply, Direction::Out, &description),
             Verb::Stats => plain::<StatsReply<'static>>(&reply, Direction::Out, &description),
+            Verb::CancelMany => plain::<CancelManyReply>(&reply, Direction::Out, &description),
         });
     }
     files.push(plain::<ErrorReply<'static>>(

@@ -628,6 +628,7 @@ async fn the_api_is_discoverable_as_a_micro_service() {
             "timer.api.get.*",
             "timer.api.list.*",
             "timer.api.cancel.*",
+            "timer.api.cancel-many.*",
             "timer.api.stats.*"
         ])
     );

@@ -219,7 +219,7 @@ async fn each_endpoint_names_its_schemas_in_its_metadata() {
         .await;
     assert_eq!(code, None, "{info}");
     let endpoints = info["endpoints"].as_array().expect("endpoints");
-    assert_eq!(endpoints.len(), 4, "{info}");
+    assert_eq!(endpoints.len(), 5, "{info}");
     for endpoint in endpoints {
         let verb = endpoint["name"].as_str().expect("name");
         let metadata = &endpoint["metadata"];
@@ -272,5 +272,5 @@ fn the_schema_command_writes_the_checked_in_files() {
         checked_in,
         "regenerate with `cargo run -- schema --out schema/`"
     );
-    assert_eq!(checked_in.len(), 14);
+    assert_eq!(checked_in.len(), 17);
 }

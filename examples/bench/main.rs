@@ -64,7 +64,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
     "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
-    "tenants", "reads", "crash", "intake", "backup", "data", "spans", "link",
+    "tenants", "reads", "crash", "intake", "backup", "data", "spans", "link", "cancel",
 ];
 
 #[derive(Debug, Parser)]
@@ -126,6 +126,12 @@ pub struct Args {
     /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).
     #[arg(long)]
     pub keep: bool,
+    /// Pending timers one CancelTimers cancels beside a steady load in the cancel section.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub cancel_n: u64,
+    /// Length of the steady load beside the cancel, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub cancel_secs: u32,
     /// Bytes of JSON data each timer carries in the data section (beside none).
     #[arg(long, default_value_t = 1024)]
     pub data_bytes: usize,
@@ -316,6 +322,18 @@ async fn bases(
                     .push((*n, "postgres", pg.pending_base(cache, *n).await));
             }
         }
+    }
+    if args.wants("cancel") && args.cancel_n > 0 {
+        let n = args.cancel_n;
+        let in_a_month = Utc::now() + chrono::Duration::days(30);
+        let base = sqlite
+            .base(cache, &format!("pending_bulk_{n}"), |observer| async move {
+                observer
+                    .prefill(n, crate::workloads::BULK_TENANT, in_a_month, 0, None)
+                    .await;
+            })
+            .await;
+        bases.cancel = Some(base);
     }
     if args.wants("costs") && args.retention_n > 0 {
         let n = args.retention_n;

@@ -31,6 +31,7 @@ use crate::ports::{ApiRequest, ApiServer, Clock, CommandPublisher};
 
 mod admission;
 mod handler;
+mod ordered;
 
 use admission::Admission;
 use handler::Handler;
@@ -319,8 +320,10 @@ mod tests {
     }
 
     fn handler_with(publisher: Arc<dyn CommandPublisher>) -> Handler {
+        let registry = crate::actors::registry::Registry::new("api-test");
         Handler {
-            persistence: crate::actors::registry::Registry::new("api-test").persistence(),
+            persistence: registry.persistence(),
+            registry,
             publisher,
             clock: Arc::new(SystemClock),
             subjects: Subjects::default(),

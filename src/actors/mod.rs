@@ -7,9 +7,11 @@
 //! actor (in start order), so adding an actor is adding its module and one spec. Actors find
 //! each other by name through the [`Registry`], at each use; calls to [`Persistence`] go
 //! through [`PersistenceClient`]. The actors that work on a schedule (Janitor, Gauges,
-//! Checkpointer, Sweeper) are each one [`periodic::Periodic`] run by one base actor.
+//! Checkpointer, Sweeper) are each one [`periodic::Periodic`] run by one base actor. The
+//! Canceller runs the `CancelTimers` commands a step at a time.
 
 pub mod api_responder;
+pub mod canceller;
 pub mod checkpointer;
 pub mod command_handler;
 pub mod gauges;
@@ -23,6 +25,7 @@ pub mod supervisor;
 pub mod sweeper;
 
 pub use api_responder::ApiResponder;
+pub use canceller::Canceller;
 pub use checkpointer::Checkpointer;
 pub use command_handler::CommandHandler;
 pub use gauges::Gauges;

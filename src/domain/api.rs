@@ -28,10 +28,17 @@ pub enum Verb {
     List,
     Cancel,
     Stats,
+    CancelMany,
 }
 
 impl Verb {
-    pub const ALL: [Verb; 4] = [Verb::Get, Verb::List, Verb::Cancel, Verb::Stats];
+    pub const ALL: [Verb; 5] = [
+        Verb::Get,
+        Verb::List,
+        Verb::Cancel,
+        Verb::Stats,
+        Verb::CancelMany,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -39,6 +46,7 @@ impl Verb {
             Verb::List => "list",
             Verb::Cancel => "cancel",
             Verb::Stats => "stats",
+            Verb::CancelMany => "cancel-many",
         }
     }
 
@@ -304,6 +312,10 @@ fn optional_time<S: serde::Serializer>(
     }
 }
 
+mod cancel_many;
+pub use cancel_many::{
+    CancelManyAsk, CancelManyReply, CancelManyRequest, cancel_many_reply, parse_cancel_many_request,
+};
 mod replies;
 pub use replies::{
     CancelReply, GetReply, ListReply, StatsReply, TimerView, cancel_reply, get_reply, list_reply,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
+use super::cancel_many::{CANCEL_TIMERS, CancelMany, CancelTimersPayload};
 use super::data::TimerData;
 use super::envelope::MessageEnvelope;
 use super::expiry::{expires_at, parse_expire_after};
@@ -28,6 +29,7 @@ impl CommandKind {
         match self {
             CommandKind::Schedule => SCHEDULE_TIMER,
             CommandKind::Cancel => CANCEL_TIMER,
+            CommandKind::CancelMany => CANCEL_TIMERS,
         }
     }
 }
@@ -164,10 +166,15 @@ pub struct Arrival {
     pub at: DateTime<Utc>,
 }
 
-/// Parses and validates one command delivered on `subject`.
-///
-/// `limits` bound the message and its data; `new_correlation_id` is called only when the
-/// command carries no correlation id (payload first, then envelope).
+/// A command as parsed: one timer's, or a `CancelTimers` of many.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    One(Command),
+    Many(CancelMany),
+}
+
+/// Parses and validates one command delivered on `subject` that names one timer
+/// (`ScheduleTimer`, `CancelTimer`); see [`parse_message`].
 pub fn parse_command(
     subjects: &Subjects,
     subject: &str,
@@ -176,6 +183,35 @@ pub fn parse_command(
     arrival: Arrival,
     new_correlation_id: impl FnOnce() -> String,
 ) -> Result<Command, Rejection> {
+    match parse_message(
+        subjects,
+        subject,
+        bytes,
+        limits,
+        arrival,
+        new_correlation_id,
+    )? {
+        Parsed::One(command) => Ok(command),
+        Parsed::Many(many) => Err(Rejection {
+            tenant_id: many.tenant_id,
+            reason: "a CancelTimers names no single timer".into(),
+            kind: RejectionKind::Invalid,
+        }),
+    }
+}
+
+/// Parses and validates one command delivered on `subject`.
+///
+/// `limits` bound the message and its data; `new_correlation_id` is called only when the
+/// command carries no correlation id (payload first, then envelope).
+pub fn parse_message(
+    subjects: &Subjects,
+    subject: &str,
+    bytes: &[u8],
+    limits: CommandLimits,
+    arrival: Arrival,
+    new_correlation_id: impl FnOnce() -> String,
+) -> Result<Parsed, Rejection> {
     let report_to = subjects
         .command_tenant(subject)
         .filter(|t| check_tenant_id(t).is_ok())
@@ -196,9 +232,10 @@ pub fn parse_command(
     }
     let Some((kind, tenant_id)) = subjects.command_of(subject) else {
         return Err(reject(format!(
-            "unknown command subject {subject:?}: expected {} or {}",
+            "unknown command subject {subject:?}: expected {}, {} or {}",
             subjects.schedule("<tenantId>"),
-            subjects.cancel("<tenantId>")
+            subjects.cancel("<tenantId>"),
+            subjects.cancel_many("<tenantId>")
         )));
     };
     check_tenant_id(tenant_id).map_err(|e| reject(format!("subject {subject:?}: {e}")))?;
@@ -263,6 +300,18 @@ pub fn parse_command(
             check_service_call_id(&payload.service_call_id).map_err(reject)?;
             (payload.service_call_id, None, Action::Cancel)
         }
+        CommandKind::CancelMany => {
+            let payload: CancelTimersPayload = serde_json::from_str(envelope.payload.get())
+                .map_err(|e| reject(format!("invalid CancelTimers payload: {e}")))?;
+            payload_tenant_matches(&payload.tenant_id)?;
+            let filter = payload.filter.check().map_err(reject)?;
+            return Ok(Parsed::Many(CancelMany {
+                tenant_id: tenant_id.to_owned(),
+                filter,
+                seq: arrival.seq,
+                received_at: arrival.at,
+            }));
+        }
     };
     // The one stored is checked: payload first, then envelope.
     let correlation_id = match (payload_correlation, envelope.correlation_id) {
@@ -277,7 +326,7 @@ pub fn parse_command(
         (None, None) => new_correlation_id(),
     };
 
-    Ok(Command {
+    Ok(Parsed::One(Command {
         tenant_id: tenant_id.to_owned(),
         service_call_id,
         correlation_id,
@@ -285,7 +334,20 @@ pub fn parse_command(
         seq: arrival.seq,
         received_at: arrival.at,
         trace: None,
-    })
+    }))
+}
+
+/// A `CancelTimers` as a client sends it (the query API does, for its `cancelMany`), stamped
+/// `now`.
+pub fn cancel_timers_command(
+    payload: CancelTimersPayload,
+    correlation_id: &str,
+    now: DateTime<Utc>,
+) -> MessageEnvelope<CancelTimersPayload> {
+    let tenant_id = payload.tenant_id.clone();
+    let mut envelope = MessageEnvelope::new(CANCEL_TIMERS, &tenant_id, now, payload);
+    envelope.correlation_id = Some(correlation_id.to_owned());
+    envelope
 }
 
 /// A `ScheduleTimer` as a client sends it (the CLI does), stamped `now`.

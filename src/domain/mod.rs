@@ -1,6 +1,7 @@
 //! The timer domain: messages, validation and the rules of the contract. No I/O lives here.
 
 pub mod api;
+pub mod cancel_many;
 pub mod command;
 pub mod data;
 pub mod envelope;
@@ -17,9 +18,10 @@ pub mod timer;
 pub mod timestamp;
 pub mod trace;
 
+pub use cancel_many::{CancelFilter, CancelMany, CancelTimersPayload};
 pub use command::{
-    Arrival, CancelTimerPayload, CommandLimits, Rejection, RejectionKind, ScheduleTimerPayload,
-    parse_command,
+    Arrival, CancelTimerPayload, CommandLimits, Parsed, Rejection, RejectionKind,
+    ScheduleTimerPayload, parse_command, parse_message,
 };
 pub use data::TimerData;
 pub use envelope::MessageEnvelope;

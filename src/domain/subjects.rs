@@ -18,14 +18,19 @@ pub const UNKNOWN_TENANT: &str = "_";
 pub enum CommandKind {
     Schedule,
     Cancel,
+    /// `CancelTimers`: many of a tenant's timers by a filter.
+    CancelMany,
 }
 
 impl CommandKind {
+    pub const ALL: [CommandKind; 3] = [Self::Schedule, Self::Cancel, Self::CancelMany];
+
     /// The subject token: `timer.cmd.<token>.<tenantId>`.
     pub fn token(self) -> &'static str {
         match self {
             CommandKind::Schedule => "schedule",
             CommandKind::Cancel => "cancel",
+            CommandKind::CancelMany => "cancel-many",
         }
     }
 }
@@ -92,6 +97,11 @@ impl Subjects {
         self.command(CommandKind::Cancel, tenant_id)
     }
 
+    /// `timer.cmd.cancel-many.<tenantId>`.
+    pub fn cancel_many(&self, tenant_id: &str) -> String {
+        self.command(CommandKind::CancelMany, tenant_id)
+    }
+
     /// `timer.evt.due.<tenantId>`.
     pub fn due(&self, tenant_id: &str) -> String {
         format!("{}.due.{tenant_id}", self.event_prefix)
@@ -114,9 +124,7 @@ impl Subjects {
             .strip_prefix(self.command_prefix.as_str())?
             .strip_prefix('.')?;
         let (token, tenant) = rest.split_once('.')?;
-        let kind = [CommandKind::Schedule, CommandKind::Cancel]
-            .into_iter()
-            .find(|k| k.token() == token)?;
+        let kind = CommandKind::ALL.into_iter().find(|k| k.token() == token)?;
         (!tenant.is_empty() && !tenant.contains('.')).then_some((kind, tenant))
     }
 
@@ -148,6 +156,11 @@ mod tests {
         assert_eq!(s.rejected("_"), "timer.evt.rejected._");
         assert_eq!(s.expired("acme"), "timer.evt.expired.acme");
         assert_eq!(s.cancel("acme"), "timer.cmd.cancel.acme");
+        assert_eq!(s.cancel_many("acme"), "timer.cmd.cancel-many.acme");
+        assert_eq!(
+            s.command_of("timer.cmd.cancel-many.acme"),
+            Some((CommandKind::CancelMany, "acme"))
+        );
         assert_eq!(s.api("get", "acme"), "timer.api.get.acme");
     }
 

@@ -1,6 +1,8 @@
 //! Ports of the query and cancel API: where requests come from and how they are answered, and
 //! how a cancel is ordered in the command stream. The NATS micro service implements both.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -55,4 +57,26 @@ pub trait CommandPublisher: Send + Sync + 'static {
     /// The stream sequence up to which every command that may share a key with command `seq`
     /// has been handled (stored or refused).
     async fn handled_through(&self, seq: u64) -> Result<u64, BusError>;
+
+    /// Waits, at most `bound`, until every command that may share a key with command `seq` and
+    /// came before it has been handled; says whether they all were. A consumer still being
+    /// created (a daemon starting) or a broker restarting answers in a moment, so a failed
+    /// look is asked again until the bound.
+    async fn await_handled_before(&self, seq: u64, bound: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            match tokio::time::timeout_at(deadline, self.handled_through(seq)).await {
+                Ok(Ok(floor)) if floor + 1 >= seq => return true,
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "cannot tell yet which commands are handled")
+                }
+                Err(_) => return false,
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::domain::api::{
-    self, ApiError, ListCursor, ListPage, TenantStats, parse_key_request, parse_list_request,
-    parse_stats_request,
+    self, ApiError, ListCursor, ListPage, TenantStats, parse_cancel_many_request,
+    parse_key_request, parse_list_request, parse_stats_request,
 };
 use crate::domain::forecast::ForecastWindow;
 use crate::domain::timestamp::parse_stored;
@@ -218,6 +218,7 @@ fn api_verdict(name: &str, body: &[u8]) -> Result<(), ApiError> {
         "api-cancel-request" => parse_key_request(Verb::Cancel, body).map(drop),
         "api-list-request" => parse_list_request(body).map(drop),
         "api-stats-request" => parse_stats_request(body).map(drop),
+        "api-cancel-many-request" => parse_cancel_many_request(body).map(drop),
         other => panic!("no request schema {other}"),
     }
 }
@@ -248,6 +249,19 @@ fn the_request_schemas_accept_what_the_api_accepts() {
         ("api-list-request", r#"{"limit":"10"}"#),
         ("api-list-request", r#"{"dueFrom":"yesterday"}"#),
         ("api-list-request", r#"{"page":2}"#),
+        ("api-cancel-many-request", r#"{"correlationId":"req-42"}"#),
+        ("api-cancel-many-request", r#"{"all":true,"dryRun":true}"#),
+        (
+            "api-cancel-many-request",
+            r#"{"dueFrom":"2026-11-22T10:00:00Z","dueTo":"2026-11-23T10:00:00+01:00"}"#,
+        ),
+        ("api-cancel-many-request", r#"{"serviceCallId":"sc-7"}"#),
+        ("api-cancel-many-request", r#"{"all":"yes"}"#),
+        (
+            "api-cancel-many-request",
+            r#"{"correlationId":"x","dryRun":1}"#,
+        ),
+        ("api-cancel-many-request", r#"{"dueFrom":"yesterday"}"#),
         ("api-stats-request", r#"{}"#),
         ("api-stats-request", r#"{"forecastMinutes":1440}"#),
         ("api-stats-request", r#"{"forecastMinutes":0}"#),

@@ -29,6 +29,7 @@ pub mod queries;
 pub mod quotas;
 
 mod backend;
+mod cancel_many;
 mod commands;
 mod error;
 mod postgres;

@@ -41,6 +41,9 @@ pub enum Command {
     Cancel,
     /// A cancel through `timer.api.cancel.<tenant>`.
     ApiCancel,
+    /// A `CancelTimers` by the correlation id of a group of keys, recorded on each of them:
+    /// for each key, a cancel published at that moment.
+    CancelMany,
 }
 
 /// The API's answer to a cancel.

@@ -269,6 +269,7 @@ fn story(run: &Run, verdict: &Verdict, key: &super::history::Key) -> String {
             Command::Schedule { due_at, .. } => format!("schedule due {}", time(*due_at)),
             Command::Cancel => "cancel".into(),
             Command::ApiCancel => "API cancel".into(),
+            Command::CancelMany => "cancel-many (by correlation id)".into(),
         };
         let outcome = match &op.outcome {
             Outcome::Acked => "acked".into(),

@@ -1,5 +1,6 @@
 //! The workload: clients of several tenants scheduling, rescheduling and cancelling timers (by
-//! CancelTimer command and through the API), some due at once, some in the past, some over the
+//! CancelTimer command, through the API, and a group of keys at once by a CancelTimers of their
+//! correlation id), some due at once, some in the past, some over the
 //! next seconds, and bursts of thousands due at one instant. Every operation is recorded with
 //! its outcome; the operations on one key are done one after another by one task, so the last
 //! command per key is well defined.
@@ -143,6 +144,54 @@ impl Client {
             &bytes,
         )
         .await
+    }
+
+    /// A ScheduleTimer of a group's key: with the group's correlation id.
+    pub async fn schedule_in_group(&self, key: &Key, due_at: Instant, group: &str) -> Outcome {
+        let command = schedule_command(&key.tenant, &key.id, &rfc3339(due_at), Some(group));
+        let bytes = serde_json::to_vec(&command).expect("json");
+        self.send(
+            key,
+            Command::Schedule {
+                due_at,
+                expire_after: None,
+            },
+            &format!("timer.cmd.schedule.{}", key.tenant),
+            &bytes,
+        )
+        .await
+    }
+
+    /// A `CancelTimers` of the group's correlation id, recorded on each of its `keys` as a
+    /// cancel published at that moment (nothing else writes those keys after it).
+    pub async fn cancel_group(&self, tenant: &str, group: &str, keys: &[Key]) -> Outcome {
+        let command = json!({
+            "id": uuid::Uuid::now_v7(),
+            "type": "CancelTimers",
+            "tenantId": tenant,
+            "timestampMs": Utc::now().timestamp_millis(),
+            "correlationId": null,
+            "causationId": null,
+            "aggregateId": null,
+            "payload": { "tenantId": tenant, "correlationId": group },
+        });
+        let bytes = serde_json::to_vec(&command).expect("json");
+        let invoked = Utc::now();
+        let (outcome, attempts) = self
+            .publish(&format!("timer.cmd.cancel-many.{tenant}"), &bytes)
+            .await;
+        let completed = Utc::now();
+        for key in keys {
+            self.recorder.record(Op {
+                key: key.clone(),
+                command: Command::CancelMany,
+                outcome: outcome.clone(),
+                invoked,
+                completed,
+                attempts,
+            });
+        }
+        outcome
     }
 
     pub async fn cancel(&self, key: &Key) -> Outcome {
@@ -386,6 +435,16 @@ async fn worker(
                 let outcome = client.api_cancel(&live[i].key).await;
                 settle(&mut live, i, outcome, None);
             }
+        } else if roll < 93 {
+            // A group of fresh keys of one correlation id, then one CancelTimers of them all;
+            // the keys get no command after it.
+            let group = format!("group-{tenant}-w{w}-{n}");
+            let keys: Vec<Key> = (0..4).map(|_| fresh(&mut n)).collect();
+            for key in &keys {
+                let due = due_in(&mut rng, 3_500, 8_000, None);
+                client.schedule_in_group(key, due, &group).await;
+            }
+            client.cancel_group(tenant, &group, &keys).await;
         } else if let Some(i) = pick(&mut rng, &live, true) {
             // A cancelled timer scheduled again.
             let due = due_in(&mut rng, 3_500, 8_000, Some(live[i].due));

@@ -7,6 +7,7 @@
 
 mod backup;
 mod baseline;
+mod cancel;
 mod data;
 mod link;
 mod postgres;
@@ -480,6 +481,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
     recovery::recovery(&mut r, f);
     backup::backup(&mut r, args, f);
     data::data(&mut r, args, f);
+    cancel::cancel(&mut r, args, f);
     spans::spans(&mut r, args, f);
     link::link(&mut r, f);
     baseline::beside(&mut r, args, f);

@@ -5,6 +5,7 @@
 //! the broker link's (`link`, this build only) in `link`.
 
 mod backup;
+mod cancel;
 mod data;
 mod link;
 mod recovery;
@@ -82,6 +83,8 @@ pub struct Bases {
     pub scale: Vec<(u64, &'static str, Base)>,
     /// Finished timers for the Janitor to delete (SQLite).
     pub retention: Option<Base>,
+    /// Pending timers of one tenant for a CancelTimers (SQLite).
+    pub cancel: Option<Base>,
 }
 
 /// What every section of one run needs.
@@ -205,6 +208,9 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
     }
     if args.wants("backup") {
         backup::backup(ctx, f).await;
+    }
+    if args.wants("cancel") {
+        cancel::cancel(ctx, f).await;
     }
     if args.wants("data") {
         data::data(ctx, f).await;

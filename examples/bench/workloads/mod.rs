@@ -11,6 +11,7 @@
 //! - `recovery`: a `kill -9` in the middle of a burst of commands, and one tenant's backlog of
 //!   commands in front of another's at start-up;
 //! - `backup`: backups of a live SQLite file, and what they cost the daemon's writer;
+//! - `cancel`: a CancelTimers of a million timers beside a steady load;
 //! - `link`: the broker reached through a proxy whose path goes silent and heals, or moves
 //!   away.
 //!
@@ -20,6 +21,7 @@
 mod api;
 mod backlog;
 mod backup;
+mod cancel;
 mod link;
 mod recovery;
 mod steady;
@@ -28,6 +30,7 @@ mod tenants;
 pub use api::api_throughput;
 pub use backlog::{Failure, catch_up, failover, fire, fire_with, ingest, ingest_with};
 pub use backup::{backups_under_load, writer_beside_backups};
+pub use cancel::{BULK_TENANT, cancel_under_load};
 pub use link::{SILENCE, Silence, distant, silent_path};
 pub use recovery::{BULK_N, CRASH_N, CRASH_RATE, crash, intake};
 pub use steady::{LatenessRun, Load, lateness, native_lateness, retention_under_load};

@@ -2,7 +2,8 @@
 //! placed in its key's order (its stream incarnation's epoch and its sequence there, see
 //! `domain::order`), parsed and validated. Rejections are reported and settled at once;
 //! accepted commands join the gathered ones for the next transaction (where they are decided
-//! against their tenants' quotas, see `quota`). The commands of an incarnation whose epoch cannot be had now (the
+//! against their tenants' quotas, see `quota`); a `CancelTimers` goes to the Canceller once
+//! those before it are committed. The commands of an incarnation whose epoch cannot be had now (the
 //! database fails) are handed back to the broker, as a failed store.
 
 use std::collections::HashMap;
@@ -10,11 +11,13 @@ use std::collections::HashMap;
 use super::CommandHandlerState;
 use super::rejection::reject;
 use super::storing::{Accepted, hand_back};
+use crate::actors::canceller::Job;
 use crate::domain::command::generated_correlation_id;
 use crate::domain::subjects::UNKNOWN_TENANT;
 use crate::domain::tenant::check_tenant_id;
 use crate::domain::{
-    Arrival, Rejection, RejectionKind, StreamIncarnation, command_order, parse_command,
+    Arrival, CancelMany, Parsed, Rejection, RejectionKind, StreamIncarnation, command_order,
+    parse_message,
 };
 use crate::ports::InboundCommand;
 
@@ -29,6 +32,7 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
     let mut accepted: Vec<Accepted> = Vec::with_capacity(commands.len());
     let mut rejected: Vec<(InboundCommand, Rejection, u64)> = Vec::new();
     let mut unordered: Vec<InboundCommand> = Vec::new();
+    let mut many: Vec<(CancelMany, InboundCommand)> = Vec::new();
     for inbound in commands {
         let Some(epoch) = state.epochs.get(&*inbound.stream).copied() else {
             unordered.push(inbound);
@@ -58,7 +62,7 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
             seq: order,
             at: now,
         };
-        match parse_command(
+        match parse_message(
             &args.subjects,
             &inbound.subject,
             &inbound.payload,
@@ -66,10 +70,11 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
             arrival,
             generated_correlation_id,
         ) {
-            Ok(mut command) => {
+            Ok(Parsed::One(mut command)) => {
                 command.trace = inbound.trace.clone();
                 accepted.push(Accepted { command, inbound });
             }
+            Ok(Parsed::Many(cancel)) => many.push((cancel, inbound)),
             Err(rejection) => rejected.push((inbound, rejection, order)),
         }
     }
@@ -83,6 +88,37 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
         }
     }
     state.pipeline.gather(accepted);
+    if !many.is_empty() {
+        start_cancels(state, many).await;
+    }
+}
+
+/// Hands each `CancelTimers` to the Canceller once every command gathered before it is
+/// committed, so that its steps find the timers those schedule (docs/CONTRACT.md §3). While
+/// the database fails, they are handed back with the commands around them.
+async fn start_cancels(state: &mut CommandHandlerState, many: Vec<(CancelMany, InboundCommand)>) {
+    state.pipeline.finish(&state.args).await;
+    if state.pipeline.failing() {
+        let cause = "the commands before them could not be stored".to_owned();
+        let deliveries = many.into_iter().map(|(_, inbound)| inbound).collect();
+        if let Err(cause) = hand_back(deliveries, cause).await {
+            state.pipeline.not_stored(cause);
+        }
+        return;
+    }
+    for (cancel, inbound) in many {
+        let job = Job {
+            cancel,
+            stream_seq: inbound.sequence,
+            delivery: Some(inbound),
+            reply: None,
+        };
+        if !state.args.registry.cancel_many(job) {
+            state
+                .pipeline
+                .not_stored("the Canceller is not running (restarting?)".into());
+        }
+    }
 }
 
 /// Learns the epoch of each stream incarnation in `commands` not met before (one

@@ -59,6 +59,11 @@ impl Pipeline {
         self.gathered.len() >= GROUP_MAX
     }
 
+    /// Whether the last transactions could not be stored (the database fails).
+    pub fn failing(&self) -> bool {
+        self.store_failure.is_some() || self.failed_stores.failures() > 0
+    }
+
     /// Notes commands handed back because they could not be stored now (`cause`), as a failed
     /// transaction: the handler backs off before pulling again.
     pub fn not_stored(&mut self, cause: String) {

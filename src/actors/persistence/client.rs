@@ -22,6 +22,8 @@ use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarna
 use crate::storage::fair::FairBatch;
 use crate::storage::{Applied, Claimant, DueBatch, PendingCounts, Store, StoreError};
 
+mod cancel_many;
+
 /// Why a call to Persistence did not produce an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {

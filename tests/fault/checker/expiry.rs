@@ -28,16 +28,9 @@ pub(super) fn check_expiry(run: &Run, messages: &[Message], verdict: &mut Verdic
             _ => None,
         })
         .collect();
-    let rollbacks: Vec<(Instant, Instant)> = run
-        .faults
-        .iter()
-        .filter(|f| f.name.contains("rollback") && f.skipped.is_none())
-        .map(|f| (f.started, f.healed))
-        .collect();
+    let rollbacks = super::rollback_windows(run);
     let deadline_dropped = |scheduled: Instant, fired: Instant| {
-        rollbacks
-            .iter()
-            .any(|&(started, healed)| scheduled < healed && fired > started)
+        rollbacks.iter().any(|w| scheduled < w.to && fired > w.from)
     };
     let mut kinds: BTreeMap<(Key, Instant), (bool, bool, Instant)> = BTreeMap::new();
     for message in messages {

@@ -27,6 +27,14 @@ pub(super) fn check_isolation(run: &Run, messages: &[Message], verdict: &mut Ver
         .chain(flooded.iter().map(|(key, due)| (key, *due)))
         .collect();
     let hostile: BTreeSet<&Key> = run.hostile.iter().map(|h| &h.key).collect();
+    // The previous release rejects a CancelTimers it does not know.
+    let rollbacks = super::rollback_windows(run);
+    let rejected_by_the_previous_release = |envelope: &Value, at: Instant| {
+        envelope["payload"]["original"]
+            .as_str()
+            .is_some_and(|o| o.contains("\"CancelTimers\""))
+            && rollbacks.iter().any(|w| w.contains(at))
+    };
     for message in messages {
         let subject = message.subject.as_str();
         let problem = if is_firing_subject(subject) {
@@ -49,6 +57,7 @@ pub(super) fn check_isolation(run: &Run, messages: &[Message], verdict: &mut Ver
                 Some(format!("not a rejection: {}", preview(&message.payload)))
             } else if !run.hostile_tenants.contains(tenant)
                 && !run.quota_floods.iter().any(|f| f.tenant == tenant)
+                && !rejected_by_the_previous_release(&envelope, message.first)
             {
                 Some(format!(
                     "a rejection for tenant {tenant}, which sent no invalid command and no \
@@ -84,6 +93,7 @@ fn command_problem(rest: &str, payload: &[u8]) -> Option<String> {
     let expected = match verb {
         "schedule" => "ScheduleTimer",
         "cancel" => "CancelTimer",
+        "cancel-many" => "CancelTimers",
         _ => return Some(format!("unknown command subject verb {verb}")),
     };
     let envelope: Value = serde_json::from_slice(payload).unwrap_or_default();

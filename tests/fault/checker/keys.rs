@@ -24,6 +24,7 @@ pub fn cancelled_dues(ops: &[&Op], index: usize) -> Vec<Instant> {
 pub(super) fn check_keys(run: &Run, disturbed: &[Window], verdict: &mut Verdict) {
     // A command still unprocessed in the command stream when an operator deleted it went with
     // the stream: it counts as never acknowledged.
+    let rollbacks = super::rollback_windows(run);
     let destroyed: Vec<Op> = run
         .ops
         .iter()
@@ -33,6 +34,15 @@ pub(super) fn check_keys(run: &Run, disturbed: &[Window], verdict: &mut Verdict)
                 && run.destroyed.iter().any(|w| w.contains(op.completed))
             {
                 op.outcome = Outcome::Unknown("in the command stream when it was deleted".into());
+            }
+            // The previous release rejects a CancelTimers: one it may have read cancelled
+            // nothing.
+            if op.command == Command::CancelMany
+                && rollbacks
+                    .iter()
+                    .any(|w| w.overlaps(op.invoked, op.completed + chrono::Duration::seconds(5)))
+            {
+                op.outcome = Outcome::Unknown("published while the previous release ran".into());
             }
             op
         })
@@ -164,7 +174,9 @@ pub fn check_key(
             // A command that may have been stored after it explains the row.
             let trailing_explains = trailing.iter().any(|t| match t.command {
                 Command::Schedule { due_at, .. } => fired.contains_key(&due_at),
-                Command::Cancel | Command::ApiCancel => row_state == Some("Cancelled"),
+                Command::Cancel | Command::ApiCancel | Command::CancelMany => {
+                    row_state == Some("Cancelled")
+                }
             });
             if trailing_explains {
                 return;
@@ -186,7 +198,7 @@ pub fn check_key(
                 ),
             );
         }
-        (Command::Cancel | Command::ApiCancel, outcome) => {
+        (Command::Cancel | Command::ApiCancel | Command::CancelMany, outcome) => {
             if *outcome == Outcome::Answered(CancelAnswer::AlreadyReached) && fired.is_empty() {
                 verdict.violate(
                     Invariant::LastWins,

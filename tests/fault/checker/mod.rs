@@ -222,6 +222,19 @@ impl Verdict {
     }
 }
 
+/// While the rollback to the previous release ran (from its start to this release being back):
+/// that release knows neither `expireAfter` nor `CancelTimers` (it rejects the latter).
+pub fn rollback_windows(run: &Run) -> Vec<super::history::Window> {
+    run.faults
+        .iter()
+        .filter(|f| f.name.contains("rollback") && f.skipped.is_none())
+        .map(|f| super::history::Window {
+            from: f.started,
+            to: f.healed,
+        })
+        .collect()
+}
+
 /// Judges a whole run.
 pub fn check(run: &Run) -> Verdict {
     let mut verdict = Verdict::default();

@@ -1,0 +1,272 @@
+//! Canceller actor: runs the `CancelTimers` commands (docs/CONTRACT.md §3), a step at a time.
+//!
+//! A cancel of many timers is work of unknown size (a million timers is a few minutes of
+//! writes), so it runs here, beside the CommandHandler, not inside its transactions: the
+//! commands after it on its line go on being stored meanwhile, and its steps keep its place in
+//! the stream by the rows' order (`storage::cancel_many`), not by waiting. Each step cancels at
+//! most [`STEP`] timers in a transaction of its own, in turn with the commands on the writer
+//! (a due timer's claim goes first), and the jobs of several tenants take turns step by step,
+//! so no cancel holds up a due timer or another tenant for more than one step.
+//!
+//! Its first step waits (at most [`EARLIER_COMMANDS_WAIT`]) until the commands before it on its
+//! line are handled, by whichever daemon reads them: the CommandHandler commits what it
+//! gathered before handing a job over, but another daemon may hold an earlier command of the
+//! same line (a schedule this cancel must find).
+//!
+//! A job comes from the CommandHandler with the command's delivery, acknowledged once the last
+//! step committed (held until then, the broker sees it in progress), or from the API with a
+//! reply, which counts what the command cancelled. The same command met twice (the API's and
+//! the CommandHandler's copy) is one job. A job whose step fails is tried again (the one retry
+//! policy); a stop or a crash drops the deliveries unsettled, so the broker delivers them
+//! again and the steps resume where the rows say they stopped.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use super::persistence::CallError;
+use super::registry::Registry;
+use super::supervisor::NamedActor;
+use crate::backoff::Retries;
+use crate::domain::CancelMany;
+use crate::ports::{CommandPublisher, InboundCommand};
+
+/// Timers cancelled by one step: a transaction of a few tens of milliseconds.
+pub const STEP: usize = 1_000;
+
+/// How long a job's first step waits for the commands before it on its line to be handled
+/// (stored, by this daemon or another reading the same line): a ScheduleTimer sent just
+/// before it is then stored first, and cancelled. Past this (a backlog, storage failing) the
+/// steps begin anyway.
+pub const EARLIER_COMMANDS_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+pub struct Canceller;
+
+impl NamedActor for Canceller {
+    const NAME: &'static str = "canceller";
+}
+
+#[derive(Clone)]
+pub struct CancellerArgs {
+    pub registry: Registry,
+    /// Tells when the commands before a `CancelTimers` have been handled.
+    pub publisher: Arc<dyn CommandPublisher>,
+}
+
+/// What the API waits for: the timers the command cancelled, or why that is not known.
+pub type Cancelled = Result<u64, String>;
+
+/// One `CancelTimers` to run: with the delivery to acknowledge once it is done (the
+/// CommandHandler's), or the reply to send then (the API's).
+pub struct Job {
+    pub cancel: CancelMany,
+    /// Its sequence in the command stream (the broker's, without the epoch).
+    pub stream_seq: u64,
+    pub delivery: Option<InboundCommand>,
+    pub reply: Option<RpcReplyPort<Cancelled>>,
+}
+
+pub enum CancellerMsg {
+    Run(Job),
+    /// A step of the job `key` ended: how many it cancelled, and when it was the last, how
+    /// many the command cancelled in all.
+    Stepped(JobKey, Result<Step, CallError>),
+    /// The backoff after a failed step is over.
+    Resume,
+}
+
+/// A job's identity: the tenant and the command's place in the stream.
+pub type JobKey = (String, u64);
+
+/// What one step did.
+pub struct Step {
+    pub cancelled: u64,
+    /// Set on the last step: the timers the command cancelled, still cancelled.
+    pub done: Option<u64>,
+}
+
+struct Running {
+    cancel: CancelMany,
+    stream_seq: u64,
+    deliveries: Vec<InboundCommand>,
+    replies: Vec<RpcReplyPort<Cancelled>>,
+    steps: u64,
+    cancelled: u64,
+}
+
+pub struct CancellerState {
+    registry: Registry,
+    publisher: Arc<dyn CommandPublisher>,
+    jobs: BTreeMap<JobKey, Running>,
+    /// Whose step is next: jobs take turns, a step each.
+    turns: VecDeque<JobKey>,
+    /// The job whose step is at Persistence, if any: one at a time.
+    stepping: Option<JobKey>,
+    failures: Retries,
+    backing_off: bool,
+}
+
+impl Actor for Canceller {
+    type Msg = CancellerMsg;
+    type State = CancellerState;
+    type Arguments = CancellerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: CancellerArgs,
+    ) -> Result<CancellerState, ActorProcessingErr> {
+        Ok(CancellerState {
+            registry: args.registry,
+            publisher: args.publisher,
+            jobs: BTreeMap::new(),
+            turns: VecDeque::new(),
+            stepping: None,
+            failures: Retries::default(),
+            backing_off: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: CancellerMsg,
+        state: &mut CancellerState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            CancellerMsg::Run(job) => state.take(job),
+            CancellerMsg::Stepped(key, outcome) => {
+                state.stepping = None;
+                match outcome {
+                    Ok(step) => {
+                        state.failures.succeeded();
+                        state.stepped(key, step).await;
+                    }
+                    Err(e) => {
+                        let delay = state.failures.failed();
+                        tracing::warn!(actor = Canceller::NAME, tenant_id = %key.0, sequence = key.1,
+                            error = %e, retry_in_ms = delay.as_millis() as u64,
+                            "a step of a CancelTimers failed; it is tried again");
+                        state.backing_off = true;
+                        myself.send_after(delay, || CancellerMsg::Resume);
+                    }
+                }
+            }
+            CancellerMsg::Resume => state.backing_off = false,
+        }
+        state.next_step(&myself);
+        Ok(())
+    }
+}
+
+impl CancellerState {
+    /// Takes a job, or joins it to the same command's job under way.
+    fn take(&mut self, job: Job) {
+        let key = (job.cancel.tenant_id.clone(), job.cancel.seq);
+        let running = self.jobs.entry(key.clone()).or_insert_with(|| {
+            tracing::info!(actor = Canceller::NAME, tenant_id = %job.cancel.tenant_id,
+                sequence = job.cancel.seq, filter = ?job.cancel.filter, "CancelTimers begins");
+            Running {
+                cancel: job.cancel.clone(),
+                stream_seq: job.stream_seq,
+                deliveries: Vec::new(),
+                replies: Vec::new(),
+                steps: 0,
+                cancelled: 0,
+            }
+        });
+        running.deliveries.extend(job.delivery);
+        running.replies.extend(job.reply);
+        if !self.turns.contains(&key) && self.stepping.as_ref() != Some(&key) {
+            self.turns.push_back(key);
+        }
+    }
+
+    /// Notes a step; the job's last one settles it, another puts it at the end of the turns.
+    async fn stepped(&mut self, key: JobKey, step: Step) {
+        let Some(running) = self.jobs.get_mut(&key) else {
+            return;
+        };
+        running.steps += 1;
+        running.cancelled += step.cancelled;
+        let Some(count) = step.done else {
+            self.turns.push_back(key);
+            return;
+        };
+        let Some(running) = self.jobs.remove(&key) else {
+            return;
+        };
+        tracing::info!(actor = Canceller::NAME, tenant_id = %key.0, sequence = key.1,
+            steps = running.steps, cancelled_here = running.cancelled, cancelled = count,
+            "CancelTimers done");
+        for reply in running.replies {
+            let _ = reply.send(Ok(count));
+        }
+        for delivery in running.deliveries {
+            if let Err(e) = delivery.ack().await {
+                tracing::warn!(actor = Canceller::NAME, error = %e,
+                    "a CancelTimers done could not be acknowledged; the broker delivers it again, and it finds nothing left to cancel");
+            }
+        }
+    }
+
+    /// Starts the next step, when none is at Persistence and no backoff holds.
+    fn next_step(&mut self, myself: &ActorRef<CancellerMsg>) {
+        if self.stepping.is_some() || self.backing_off {
+            return;
+        }
+        let Some(key) = self.turns.pop_front() else {
+            return;
+        };
+        let Some(running) = self.jobs.get(&key) else {
+            return;
+        };
+        let cancel = running.cancel.clone();
+        let persistence = self.registry.persistence();
+        let myself = myself.clone();
+        let first = running.steps == 0;
+        let (publisher, stream_seq) = (self.publisher.clone(), running.stream_seq);
+        self.stepping = Some(key.clone());
+        tokio::spawn(async move {
+            if first
+                && !publisher
+                    .await_handled_before(stream_seq, EARLIER_COMMANDS_WAIT)
+                    .await
+            {
+                tracing::warn!(actor = Canceller::NAME, tenant_id = %cancel.tenant_id,
+                    sequence = stream_seq,
+                    "commands before a CancelTimers still pending; it begins ahead of them");
+            }
+            let outcome = step(&persistence, cancel).await;
+            let _ = myself.cast(CancellerMsg::Stepped(key, outcome));
+        });
+    }
+}
+
+/// One step of `cancel`; after the last, the count of what the command cancelled.
+async fn step(
+    persistence: &super::PersistenceClient,
+    cancel: CancelMany,
+) -> Result<Step, CallError> {
+    let (tenant_id, seq) = (cancel.tenant_id.clone(), cancel.seq);
+    let cancelled = persistence.cancel_step(cancel, STEP).await?;
+    let done = if cancelled < STEP as u64 {
+        Some(persistence.count_cancelled_by(&tenant_id, seq).await?)
+    } else {
+        None
+    };
+    Ok(Step { cancelled, done })
+}
+
+impl Registry {
+    /// Hands a `CancelTimers` to this daemon's Canceller. When it does not run (restarting),
+    /// the job is dropped: its delivery is handed back to the broker, which delivers it again,
+    /// and its reply fails. Says whether it was handed over.
+    pub fn cancel_many(&self, job: Job) -> bool {
+        self.get::<CancellerMsg>(Canceller::NAME)
+            .is_some_and(|canceller| canceller.cast(CancellerMsg::Run(job)).is_ok())
+    }
+}

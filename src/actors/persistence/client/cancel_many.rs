@@ -1,0 +1,54 @@
+//! The calls of a `CancelTimers` (docs/CONTRACT.md §3): its steps, which are command writes,
+//! and the counts the API's `cancelMany` answers with, which are the tenant's reads.
+
+use super::{CallError, Class, Op, PersistenceClient};
+use crate::domain::{CancelFilter, CancelMany};
+
+impl PersistenceClient {
+    /// One step of `cancel`: at most `limit` timers cancelled, in their own transaction, in
+    /// turn with the commands (a due timer's claim still goes first).
+    pub async fn cancel_step(&self, cancel: CancelMany, limit: usize) -> Result<u64, CallError> {
+        self.run(
+            "cancel_step",
+            Class::Commands,
+            Op::Write,
+            limit,
+            move |store, _| Box::pin(async move { store.cancel_step(&cancel, limit).await }),
+        )
+        .await
+    }
+
+    /// How many timers `filter` would cancel now: a read of the tenant's.
+    pub async fn count_cancellable(
+        &self,
+        tenant_id: &str,
+        filter: CancelFilter,
+    ) -> Result<u64, CallError> {
+        let tenant_id = tenant_id.to_owned();
+        self.run(
+            "count_cancellable",
+            Class::tenant_read(&tenant_id),
+            Op::Read,
+            1,
+            move |store, _| {
+                Box::pin(async move { store.count_cancellable(&tenant_id, &filter).await })
+            },
+        )
+        .await
+    }
+
+    /// How many timers the `CancelTimers` at `seq` cancelled: a read of the tenant's.
+    pub async fn count_cancelled_by(&self, tenant_id: &str, seq: u64) -> Result<u64, CallError> {
+        let tenant_id = tenant_id.to_owned();
+        self.run(
+            "count_cancelled_by",
+            Class::tenant_read(&tenant_id),
+            Op::Read,
+            1,
+            move |store, _| {
+                Box::pin(async move { store.count_cancelled_by(&tenant_id, seq).await })
+            },
+        )
+        .await
+    }
+}

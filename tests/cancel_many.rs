@@ -1,0 +1,249 @@
+//! Cancelling many timers at once (docs/CONTRACT.md §3, §6): `CancelTimers` by a filter, as a
+//! command and through the API (with `dryRun`); it cancels only the tenant's pending timers it
+//! selects, never one a newer command scheduled, and a crash half-way resumes it. Against real
+//! daemons on their own broker and database.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually};
+use serde_json::{Value, json};
+
+async fn ok(client: &TestClient, subject: &str, body: Value) -> Value {
+    match client.api_request(subject, body).await {
+        (None, body) => body,
+        (Some(code), body) => panic!("{subject}: error {code}: {body}"),
+    }
+}
+
+/// A `CancelTimers` of `tenant` with the filter `filter`, as a client publishes it.
+fn cancel_timers(tenant: &str, filter: Value) -> Value {
+    let mut payload = filter;
+    payload["tenantId"] = json!(tenant);
+    json!({
+        "id": uuid::Uuid::now_v7(),
+        "type": "CancelTimers",
+        "tenantId": tenant,
+        "timestampMs": Utc::now().timestamp_millis(),
+        "correlationId": null,
+        "causationId": null,
+        "aggregateId": null,
+        "payload": payload,
+    })
+}
+
+/// `tenant`'s timers by state, from the API.
+async fn states(client: &TestClient, tenant: &str) -> BTreeMap<String, Vec<String>> {
+    let mut by_state: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut body = json!({ "limit": 1000 });
+        if let Some(after) = &after {
+            body["after"] = json!(after);
+        }
+        let page = ok(client, &format!("timer.api.list.{tenant}"), body).await;
+        for timer in page["timers"].as_array().unwrap() {
+            by_state
+                .entry(timer["state"].as_str().unwrap().to_owned())
+                .or_default()
+                .push(timer["serviceCallId"].as_str().unwrap().to_owned());
+        }
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => return by_state,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_cancels_what_its_filter_selects_and_counts_it_and_a_dry_run_cancels_nothing() {
+    let (_server, _scratch, _daemon, client) = common::started().await;
+    client.api_ready().await;
+    let hour = Utc::now() + chrono::Duration::hours(1);
+    for i in 0..5 {
+        let id = format!("a-{i}");
+        client.schedule("acme", &id, hour, Some("batch-a")).await;
+        client
+            .schedule("acme", &format!("b-{i}"), hour, Some("batch-b"))
+            .await;
+    }
+    for i in 0..3 {
+        let due = hour + chrono::Duration::hours(1 + i);
+        client
+            .schedule("acme", &format!("late-{i}"), due, None)
+            .await;
+    }
+    client
+        .schedule("globex", "a-0", hour, Some("batch-a"))
+        .await;
+    client.barrier("acme").await;
+    client.barrier("globex").await;
+    let many = "timer.api.cancel-many.acme";
+
+    let dry = ok(
+        &client,
+        many,
+        json!({ "correlationId": "batch-a", "dryRun": true }),
+    )
+    .await;
+    assert_eq!(dry, json!({ "count": 5, "dryRun": true }));
+    assert_eq!(
+        states(&client, "acme").await["Scheduled"].len(),
+        13,
+        "a dry run cancels nothing"
+    );
+
+    let by_correlation = ok(&client, many, json!({ "correlationId": "batch-a" })).await;
+    assert_eq!(by_correlation, json!({ "count": 5, "dryRun": false }));
+    let from = common::rfc3339(hour + chrono::Duration::minutes(30));
+    let by_range = ok(&client, many, json!({ "dueFrom": from })).await;
+    assert_eq!(by_range["count"], 3);
+    let again = ok(&client, many, json!({ "correlationId": "batch-a" })).await;
+    assert_eq!(again["count"], 0, "nothing pending is left to it");
+    let acme = states(&client, "acme").await;
+    assert_eq!(acme["Cancelled"].len(), 8);
+    assert_eq!(acme["Scheduled"].len(), 5);
+    assert!(
+        acme["Scheduled"].iter().all(|id| id.starts_with("b-")),
+        "{acme:?}"
+    );
+    let everything = ok(&client, many, json!({ "all": true })).await;
+    assert_eq!(everything["count"], 5);
+    assert!(!states(&client, "acme").await.contains_key("Scheduled"));
+    assert_eq!(
+        states(&client, "globex").await["Scheduled"],
+        ["a-0"],
+        "another tenant's timer of the same correlation id is not touched"
+    );
+
+    for bad in [
+        json!({}),
+        json!({ "dryRun": true }),
+        json!({ "all": true, "correlationId": "batch-b" }),
+        json!({ "dueFrom": "tomorrow" }),
+        json!({ "serviceCallId": "a-0" }),
+    ] {
+        let (code, body) = client.api_request(many, bad.clone()).await;
+        assert_eq!(code, Some(400), "{bad}: {body}");
+    }
+    // Every CancelTimers the API published was applied from the stream too, and acknowledged.
+    eventually(
+        Duration::from_secs(10),
+        "the command stream to be empty",
+        || async { (client.commands_outstanding().await == 0).then_some(()) },
+    )
+    .await;
+}
+
+/// A cancel of thousands, published as a command between schedules: the timers whose last
+/// command came before it are cancelled, the ones a newer command scheduled (a reschedule, a
+/// new key) are not, whatever order the daemon applies them in; a command of the same line
+/// behind it is not held up until it is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_many_keeps_its_place_in_the_stream_against_racing_schedules() {
+    let (_server, _scratch, _daemon, client) = common::started().await;
+    client.api_ready().await;
+    let due = Utc::now() + chrono::Duration::hours(1);
+    let before: Vec<String> = (0..5_000).map(|i| format!("k-{i:05}")).collect();
+    client.schedule_many("acme", &before, due).await;
+    client
+        .publish_raw(
+            "timer.cmd.cancel-many.acme",
+            serde_json::to_vec(&cancel_timers("acme", json!({ "all": true }))).unwrap(),
+        )
+        .await;
+    // Newer than the cancel: reschedules of some of its timers, and new keys.
+    let rescheduled: Vec<String> = before.iter().step_by(500).cloned().collect();
+    let later = due + chrono::Duration::minutes(5);
+    client.schedule_many("acme", &rescheduled, later).await;
+    let fresh: Vec<String> = (0..10).map(|i| format!("fresh-{i}")).collect();
+    client.schedule_many("acme", &fresh, due).await;
+    // The commands behind it were not held up by it.
+    client.barrier("acme").await;
+    eventually(
+        Duration::from_secs(60),
+        "every command to be applied",
+        || async { (client.commands_outstanding().await == 0).then_some(()) },
+    )
+    .await;
+    let acme = states(&client, "acme").await;
+    let mut scheduled = acme["Scheduled"].clone();
+    scheduled.sort();
+    let mut expected: Vec<String> = rescheduled.iter().chain(&fresh).cloned().collect();
+    expected.sort();
+    assert_eq!(scheduled, expected);
+    assert_eq!(acme["Cancelled"].len(), before.len() - rescheduled.len());
+    let timer = ok(
+        &client,
+        "timer.api.get.acme",
+        json!({ "serviceCallId": rescheduled[0] }),
+    )
+    .await;
+    assert_eq!(
+        timer["timer"]["dueAt"],
+        common::rfc3339(common::millis(later))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_many_cut_by_a_crash_resumes_and_finishes() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let daemon = DaemonProcess::start(&server, &scratch);
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    let total = 40_000;
+    let ids: Vec<String> = (0..total).map(|i| format!("k-{i:06}")).collect();
+    let due = Utc::now() + chrono::Duration::hours(1);
+    client.schedule_many("acme", &ids, due).await;
+    client.barrier("acme").await;
+    let database = scratch.database();
+    let cancelled = || async {
+        common::rows_by_state(&database)
+            .await
+            .get("Cancelled")
+            .copied()
+            .unwrap_or(0)
+    };
+    client
+        .publish_raw(
+            "timer.cmd.cancel-many.acme",
+            serde_json::to_vec(&cancel_timers("acme", json!({ "all": true }))).unwrap(),
+        )
+        .await;
+    let at_kill = eventually(
+        Duration::from_secs(30),
+        "the first steps to commit",
+        || async {
+            let n = cancelled().await;
+            (n > 0).then_some(n)
+        },
+    )
+    .await;
+    daemon.kill9();
+    let at_kill = at_kill.max(cancelled().await);
+    assert!(
+        at_kill < total,
+        "the cancel finished before the kill ({at_kill} of {total}): nothing was cut"
+    );
+
+    let restarted = DaemonProcess::start(&server, &scratch);
+    eventually(Duration::from_secs(60), "the cancel to finish", || async {
+        (cancelled().await == total).then_some(())
+    })
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "the command stream to be empty",
+        || async { (client.commands_outstanding().await == 0).then_some(()) },
+    )
+    .await;
+    let by_state = common::rows_by_state(&database).await;
+    assert_eq!(by_state.get("Scheduled"), None, "{by_state:?}");
+    eprintln!("cut at {at_kill} of {total} cancelled; the restart cancelled the rest");
+    restarted.signal(libc::SIGTERM);
+    assert!(restarted.wait_exit(Duration::from_secs(25)).await.success());
+}
