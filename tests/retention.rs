@@ -13,8 +13,9 @@ use common::{
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use timer_service::Daemon;
-use timer_service::actors::janitor::{Janitor, JanitorArgs, PAUSE};
+use timer_service::actors::janitor::{Janitor, JanitorArgs};
 use timer_service::actors::persistence::PersistenceMsg;
+use timer_service::actors::steps::PAUSE;
 use timer_service::actors::{NamedActor, Persistence, Registry};
 use timer_service::ports::SystemClock;
 use timer_service::storage::db::migrate;

@@ -4,9 +4,9 @@
 //! writes), so it runs here, beside the CommandHandler, not inside its transactions: the
 //! commands after it on its line go on being stored meanwhile, and its steps keep its place in
 //! the stream by the rows' order (`storage::cancel_many`), not by waiting. Each step cancels at
-//! most [`STEP`] timers in a transaction of its own, in turn with the commands on the writer
-//! (a due timer's claim goes first), and the jobs of several tenants take turns step by step,
-//! so no cancel holds up a due timer or another tenant for more than one step.
+//! most [`STEP`] timers as background work (claims and command commits go first), with the
+//! Janitor's pause after it (`steps::PAUSE`); the jobs of several tenants take turns step by
+//! step.
 //!
 //! Its first step waits (at most [`EARLIER_COMMANDS_WAIT`]) until the commands before it on its
 //! line are handled, by whichever daemon reads them: the CommandHandler commits what it
@@ -28,13 +28,17 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::persistence::CallError;
 use super::registry::Registry;
+use super::steps::PAUSE;
 use super::supervisor::NamedActor;
 use crate::backoff::Retries;
 use crate::domain::CancelMany;
 use crate::ports::{CommandPublisher, InboundCommand};
 
-/// Timers cancelled by one step: a transaction of a few tens of milliseconds.
-pub const STEP: usize = 1_000;
+/// Timers one step cancels, in a transaction of its own: 500 took about 45 ms of the writer on
+/// SQLite in a release build. Steps sized like the Janitor's (2 ms of the writer) did not lower
+/// what a million cancelled cost a steady load beside it, and took minutes in debug builds
+/// (BENCHMARKS.md, "Cancel many").
+pub const STEP: usize = 500;
 
 /// How long a job's first step waits for the commands before it on its line to be handled
 /// (stored, by this daemon or another reading the same line): a ScheduleTimer sent just
@@ -73,7 +77,7 @@ pub enum CancellerMsg {
     Run(Job),
     /// A step of the job `key` ended: how many it cancelled, and when it was the last, how
     /// many the command cancelled in all.
-    Stepped(JobKey, Result<Step, CallError>),
+    Stepped(JobKey, Result<StepOutcome, CallError>),
     /// The backoff after a failed step is over.
     Resume,
 }
@@ -82,8 +86,10 @@ pub enum CancellerMsg {
 pub type JobKey = (String, u64);
 
 /// What one step did.
-pub struct Step {
+pub struct StepOutcome {
     pub cancelled: u64,
+    /// How long it held the writer, for its log line.
+    pub took: Duration,
     /// Set on the last step: the timers the command cancelled, still cancelled.
     pub done: Option<u64>,
 }
@@ -106,7 +112,8 @@ pub struct CancellerState {
     /// The job whose step is at Persistence, if any: one at a time.
     stepping: Option<JobKey>,
     failures: Retries,
-    backing_off: bool,
+    /// A pause after a step, or a backoff after a failed one, holds the next step.
+    waiting: bool,
 }
 
 impl Actor for Canceller {
@@ -126,7 +133,7 @@ impl Actor for Canceller {
             turns: VecDeque::new(),
             stepping: None,
             failures: Retries::default(),
-            backing_off: false,
+            waiting: false,
         })
     }
 
@@ -143,19 +150,26 @@ impl Actor for Canceller {
                 match outcome {
                     Ok(step) => {
                         state.failures.succeeded();
+                        let last = step.done.is_some();
                         state.stepped(key, step).await;
+                        if !last {
+                            // The writer's turn for everything else (on SQLite, the claims of
+                            // due timers wait for a step that is running).
+                            state.waiting = true;
+                            myself.send_after(PAUSE, || CancellerMsg::Resume);
+                        }
                     }
                     Err(e) => {
                         let delay = state.failures.failed();
                         tracing::warn!(actor = Canceller::NAME, tenant_id = %key.0, sequence = key.1,
                             error = %e, retry_in_ms = delay.as_millis() as u64,
                             "a step of a CancelTimers failed; it is tried again");
-                        state.backing_off = true;
+                        state.waiting = true;
                         myself.send_after(delay, || CancellerMsg::Resume);
                     }
                 }
             }
-            CancellerMsg::Resume => state.backing_off = false,
+            CancellerMsg::Resume => state.waiting = false,
         }
         state.next_step(&myself);
         Ok(())
@@ -186,11 +200,14 @@ impl CancellerState {
     }
 
     /// Notes a step; the job's last one settles it, another puts it at the end of the turns.
-    async fn stepped(&mut self, key: JobKey, step: Step) {
+    async fn stepped(&mut self, key: JobKey, step: StepOutcome) {
         let Some(running) = self.jobs.get_mut(&key) else {
             return;
         };
         running.steps += 1;
+        tracing::debug!(actor = Canceller::NAME, tenant_id = %key.0, sequence = key.1,
+            cancelled = step.cancelled, took_ms = step.took.as_millis() as u64,
+            "CancelTimers step");
         running.cancelled += step.cancelled;
         let Some(count) = step.done else {
             self.turns.push_back(key);
@@ -215,7 +232,7 @@ impl CancellerState {
 
     /// Starts the next step, when none is at Persistence and no backoff holds.
     fn next_step(&mut self, myself: &ActorRef<CancellerMsg>) {
-        if self.stepping.is_some() || self.backing_off {
+        if self.stepping.is_some() || self.waiting {
             return;
         }
         let Some(key) = self.turns.pop_front() else {
@@ -228,6 +245,7 @@ impl CancellerState {
         let persistence = self.registry.persistence();
         let myself = myself.clone();
         let first = running.steps == 0;
+        let rows = STEP;
         let (publisher, stream_seq) = (self.publisher.clone(), running.stream_seq);
         self.stepping = Some(key.clone());
         tokio::spawn(async move {
@@ -240,25 +258,32 @@ impl CancellerState {
                     sequence = stream_seq,
                     "commands before a CancelTimers still pending; it begins ahead of them");
             }
-            let outcome = step(&persistence, cancel).await;
+            let outcome = step(&persistence, cancel, rows).await;
             let _ = myself.cast(CancellerMsg::Stepped(key, outcome));
         });
     }
 }
 
-/// One step of `cancel`; after the last, the count of what the command cancelled.
+/// One step of `cancel`, of at most `rows`; after the last, the count of what the command
+/// cancelled.
 async fn step(
     persistence: &super::PersistenceClient,
     cancel: CancelMany,
-) -> Result<Step, CallError> {
+    rows: usize,
+) -> Result<StepOutcome, CallError> {
     let (tenant_id, seq) = (cancel.tenant_id.clone(), cancel.seq);
-    let cancelled = persistence.cancel_step(cancel, STEP).await?;
-    let done = if cancelled < STEP as u64 {
+    let (step, took) = persistence.cancel_step(cancel, rows).await?;
+    let cancelled = step.cancelled;
+    let done = if step.picked < rows {
         Some(persistence.count_cancelled_by(&tenant_id, seq).await?)
     } else {
         None
     };
-    Ok(Step { cancelled, done })
+    Ok(StepOutcome {
+        cancelled,
+        took,
+        done,
+    })
 }
 
 impl Registry {

@@ -5,7 +5,7 @@
 //! Deletes go through Persistence like every write, as background work that every other
 //! operation of the writer goes before, in small steps: one short transaction each, one
 //! message at a time, with a [`PAUSE`] between two. A step is sized to hold the writer about
-//! [`STEP_TARGET`] ([`Step`]): a due timer's claim waits at most for the one step running, and
+//! `steps::STEP_TARGET` ([`Step`]): a due timer's claim waits at most for the one step running, and
 //! a backlog of a million finished rows is worked off without moving firing's lateness. A
 //! sweep starts [`INTERVAL`] after the last one ended and goes on step after step while a step
 //! comes back full. A failed step (storage failing) is retried by the one retry policy, within
@@ -16,21 +16,9 @@ use std::time::Duration;
 
 use super::periodic::{Every, Next, Periodic};
 use super::registry::Registry;
+use super::steps::{PAUSE, Step};
 use crate::ports::Clock;
 
-/// How long one step may hold the writer: a claim that arrives meanwhile waits that long at
-/// most. A row whose keys are scattered over the indexes (as real ids are) costs tens of
-/// microseconds to delete.
-pub const STEP_TARGET: Duration = Duration::from_millis(2);
-/// Rows the first step of a sweep deletes, and the bounds of later steps.
-pub const FIRST_STEP: usize = 25;
-pub const MIN_STEP: usize = 5;
-pub const MAX_STEP: usize = 500;
-/// Between two steps of a sweep: the writer is the Poller's and the CommandHandler's first,
-/// and the disk too (a deleted row writes much WAL: it touches pages all over the primary key
-/// and the correlation index). At this pace a sweep still deletes well above what a service
-/// firing 1,000 timers/s leaves behind.
-pub const PAUSE: Duration = Duration::from_millis(10);
 /// Time between sweeps.
 pub const INTERVAL: Duration = Duration::from_secs(60);
 
@@ -111,51 +99,5 @@ impl Periodic for Retention {
 
     fn failed(&self) -> &'static str {
         "finished timers not deleted"
-    }
-}
-
-/// The rows of the next step: fewer while steps take longer than [`STEP_TARGET`] (scattered
-/// keys, a busy disk), more while they take under half of it.
-#[derive(Debug, Clone, Copy)]
-pub struct Step(usize);
-
-impl Default for Step {
-    fn default() -> Self {
-        Self(FIRST_STEP)
-    }
-}
-
-impl Step {
-    pub fn rows(self) -> usize {
-        self.0
-    }
-
-    /// The last step held the writer `took` (its wait in the lane not counted).
-    pub fn took(&mut self, took: Duration) {
-        if took > STEP_TARGET {
-            self.0 = (self.0 * 3 / 4).max(MIN_STEP);
-        } else if took < STEP_TARGET / 2 {
-            self.0 = (self.0 + self.0 / 4 + 1).min(MAX_STEP);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn steps_shrink_while_slow_and_grow_while_quick() {
-        let mut step = Step::default();
-        for _ in 0..20 {
-            step.took(Duration::from_millis(10));
-        }
-        assert_eq!(step.rows(), MIN_STEP);
-        step.took(STEP_TARGET * 3 / 4);
-        assert_eq!(step.rows(), MIN_STEP, "near the target it stays");
-        for _ in 0..50 {
-            step.took(Duration::from_micros(100));
-        }
-        assert_eq!(step.rows(), MAX_STEP);
     }
 }

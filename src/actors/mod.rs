@@ -21,6 +21,7 @@ pub mod periodic;
 pub mod persistence;
 pub mod poller;
 pub mod registry;
+pub mod steps;
 pub mod supervisor;
 pub mod sweeper;
 

@@ -19,10 +19,24 @@ use super::{ROWS_PER_STATEMENT, Store, StoreError};
 use crate::domain::timestamp::format_utc;
 use crate::domain::{CancelFilter, CancelMany, TimerState};
 
+/// What one step of a `CancelTimers` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CancelStep {
+    /// Rows it picked: fewer than it may pick, and it was the last.
+    pub picked: usize,
+    /// Rows it cancelled.
+    pub cancelled: u64,
+}
+
 impl Store {
     /// Cancels at most `limit` of the pending timers `cancel` selects, in `dueAt` order, in
-    /// one transaction; returns how many. A step that cancels fewer than `limit` was the last.
-    pub async fn cancel_step(&self, cancel: &CancelMany, limit: usize) -> Result<u64, StoreError> {
+    /// one transaction. A step that picks fewer than `limit` was the last (a row it picked may
+    /// have been rescheduled or claimed before its update, and is then not cancelled).
+    pub async fn cancel_step(
+        &self,
+        cancel: &CancelMany,
+        limit: usize,
+    ) -> Result<CancelStep, StoreError> {
         let seq = i64::try_from(cancel.seq).map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let selected = || cancellable(&cancel.tenant_id, &cancel.filter, Some(seq));
         let at = format_utc(cancel.received_at);
@@ -55,7 +69,10 @@ impl Store {
                     .rows_affected;
             }
             txn.commit().await?;
-            Ok(cancelled)
+            Ok(CancelStep {
+                picked: keys.len(),
+                cancelled,
+            })
         })
         .await
     }

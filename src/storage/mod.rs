@@ -30,6 +30,7 @@ pub mod quotas;
 
 mod backend;
 mod cancel_many;
+pub use cancel_many::CancelStep;
 mod commands;
 mod error;
 mod postgres;

@@ -1,19 +1,33 @@
-//! The calls of a `CancelTimers` (docs/CONTRACT.md §3): its steps, which are command writes,
-//! and the counts the API's `cancelMany` answers with, which are the tenant's reads.
+//! The calls of a `CancelTimers` (docs/CONTRACT.md §3): its steps, background writes, and the
+//! counts the API's `cancel-many` answers with, which are the tenant's reads.
+
+use std::time::{Duration, Instant};
 
 use super::{CallError, Class, Op, PersistenceClient};
 use crate::domain::{CancelFilter, CancelMany};
+use crate::storage::CancelStep;
 
 impl PersistenceClient {
-    /// One step of `cancel`: at most `limit` timers cancelled, in their own transaction, in
-    /// turn with the commands (a due timer's claim still goes first).
-    pub async fn cancel_step(&self, cancel: CancelMany, limit: usize) -> Result<u64, CallError> {
+    /// One step of `cancel`: at most `limit` timers cancelled, in their own transaction, as
+    /// background work (claims and command commits go first); how many, and how long the step
+    /// held the writer.
+    pub async fn cancel_step(
+        &self,
+        cancel: CancelMany,
+        limit: usize,
+    ) -> Result<(CancelStep, Duration), CallError> {
         self.run(
             "cancel_step",
-            Class::Commands,
+            Class::Background,
             Op::Write,
             limit,
-            move |store, _| Box::pin(async move { store.cancel_step(&cancel, limit).await }),
+            move |store, _| {
+                Box::pin(async move {
+                    let started = Instant::now();
+                    let cancelled = store.cancel_step(&cancel, limit).await?;
+                    Ok((cancelled, started.elapsed()))
+                })
+            },
         )
         .await
     }
