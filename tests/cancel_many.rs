@@ -19,22 +19,6 @@ async fn ok(client: &TestClient, subject: &str, body: Value) -> Value {
     }
 }
 
-/// A `CancelTimers` of `tenant` with the filter `filter`, as a client publishes it.
-fn cancel_timers(tenant: &str, filter: Value) -> Value {
-    let mut payload = filter;
-    payload["tenantId"] = json!(tenant);
-    json!({
-        "id": uuid::Uuid::now_v7(),
-        "type": "CancelTimers",
-        "tenantId": tenant,
-        "timestampMs": Utc::now().timestamp_millis(),
-        "correlationId": null,
-        "causationId": null,
-        "aggregateId": null,
-        "payload": payload,
-    })
-}
-
 /// `tenant`'s timers by state, from the API.
 async fn states(client: &TestClient, tenant: &str) -> BTreeMap<String, Vec<String>> {
     let mut by_state: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -152,7 +136,11 @@ async fn a_cancel_many_keeps_its_place_in_the_stream_against_racing_schedules() 
     client
         .publish_raw(
             "timer.cmd.cancel-many.acme",
-            serde_json::to_vec(&cancel_timers("acme", json!({ "all": true }))).unwrap(),
+            serde_json::to_vec(&common::cancel_timers_command(
+                "acme",
+                json!({ "all": true }),
+            ))
+            .unwrap(),
         )
         .await;
     // Newer than the cancel: reschedules of some of its timers, and new keys.
@@ -211,7 +199,11 @@ async fn a_cancel_many_cut_by_a_crash_resumes_and_finishes() {
     client
         .publish_raw(
             "timer.cmd.cancel-many.acme",
-            serde_json::to_vec(&cancel_timers("acme", json!({ "all": true }))).unwrap(),
+            serde_json::to_vec(&common::cancel_timers_command(
+                "acme",
+                json!({ "all": true }),
+            ))
+            .unwrap(),
         )
         .await;
     let at_kill = eventually(

@@ -61,11 +61,10 @@ async fn a_broker_outage_longer_than_expire_after_turns_the_firing_into_timer_ex
         ("patient", Some("PT1H")),
         ("plain", None),
     ] {
+        // Each with a trace context of its own, which its event carries on, whichever it is.
+        let parent = format!("00-{:0>32}-00f067aa0ba902b7-01", id.len());
         client
-            .publish_raw(
-                subject,
-                serde_json::to_vec(&schedule(id, due_at, after)).unwrap(),
-            )
+            .publish_traced(subject, &schedule(id, due_at, after), Some(&parent))
             .await;
     }
     client.barrier("acme").await;
@@ -112,6 +111,11 @@ async fn a_broker_outage_longer_than_expire_after_turns_the_firing_into_timer_ex
     assert_eq!(expired.envelope["type"], "TimerExpired");
     assert_eq!(expired.envelope["correlationId"], "short");
     assert_eq!(expired.envelope["aggregateId"], "short");
+    let traceparent = expired.trace.0.as_deref().unwrap_or_default();
+    assert!(
+        traceparent.starts_with(&format!("00-{:0>32}-", "short".len())),
+        "TimerExpired carries its ScheduleTimer's trace: {traceparent:?}"
+    );
     let payload = &expired.envelope["payload"];
     assert_eq!(payload["data"], json!({ "for": "short" }));
     assert_eq!(payload["dueAt"], common::rfc3339(due_at));

@@ -396,6 +396,23 @@ pub fn schedule_command(
     })
 }
 
+/// A CancelTimers envelope of `tenant` with the filter `filter` (`{"all": true}`, a
+/// correlation id, a range), as a client writes it.
+pub fn cancel_timers_command(tenant: &str, filter: Value) -> Value {
+    let mut payload = filter;
+    payload["tenantId"] = json!(tenant);
+    json!({
+        "id": uuid::Uuid::now_v7(),
+        "type": "CancelTimers",
+        "tenantId": tenant,
+        "timestampMs": Utc::now().timestamp_millis(),
+        "correlationId": null,
+        "causationId": null,
+        "aggregateId": null,
+        "payload": payload,
+    })
+}
+
 /// One event read back from the event stream.
 #[derive(Debug, Clone)]
 pub struct StoredEvent {

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::Rng;
 use super::history::{CancelAnswer, Command, Instant, Key, Op, Outcome};
-use crate::common::{rfc3339, schedule_command};
+use crate::common::{cancel_timers_command, rfc3339, schedule_command};
 
 pub const TENANTS: [&str; 4] = ["acme", "globex", "initech", "hooli"];
 /// The tenant whose bursts put thousands of timers on one instant.
@@ -165,16 +165,7 @@ impl Client {
     /// A `CancelTimers` of the group's correlation id, recorded on each of its `keys` as a
     /// cancel published at that moment (nothing else writes those keys after it).
     pub async fn cancel_group(&self, tenant: &str, group: &str, keys: &[Key]) -> Outcome {
-        let command = json!({
-            "id": uuid::Uuid::now_v7(),
-            "type": "CancelTimers",
-            "tenantId": tenant,
-            "timestampMs": Utc::now().timestamp_millis(),
-            "correlationId": null,
-            "causationId": null,
-            "aggregateId": null,
-            "payload": { "tenantId": tenant, "correlationId": group },
-        });
+        let command = cancel_timers_command(tenant, json!({ "correlationId": group }));
         let bytes = serde_json::to_vec(&command).expect("json");
         let invoked = Utc::now();
         let (outcome, attempts) = self
