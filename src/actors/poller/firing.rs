@@ -166,10 +166,12 @@ impl PollerState {
         let lease = self.args.lease;
         self.run
             .get_or_insert_with(|| Run::begin(decided_at, lease));
+        let held_at = std::time::Instant::now();
         self.publisher.hold(timers.into_iter().map(|timer| Waiting {
             timer,
             reached_at: decided_at,
             started,
+            held_at,
         }));
     }
 

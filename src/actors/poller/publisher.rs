@@ -179,11 +179,18 @@ impl Publisher {
             let batch = self.queue.pop_many(self.batch_size);
             // One `reachedAt` per batch: the latest of its claims' instants, at which every one
             // of its timers was due. A batch with a timer that may expire is stamped when it is
-            // handed over, if that is later: its timers may have waited in the queue, and
-            // whether they expired is decided by the stamp (`events::firing_event`).
+            // handed over: its timers may have waited in the queue, and whether they expired is
+            // decided by the stamp (`events::firing_event`). The hand-over is told by the
+            // clock of the store that decided the claim (the server's on PostgreSQL): the
+            // claim's instant and the time since its answer was taken (a little less than since
+            // it was decided, so never later than now), never by this daemon's wall clock,
+            // which may run ahead.
             let expiring = batch.iter().any(|w| w.timer.expires_at.is_some());
-            let handed_over = expiring.then(|| self.clock.now());
-            let reached_at = batch.iter().map(|w| w.reached_at).chain(handed_over).max();
+            let reached_at = if expiring {
+                batch.iter().map(|w| w.reached_at + since(w.held_at)).max()
+            } else {
+                batch.iter().map(|w| w.reached_at).max()
+            };
             let started = batch.iter().map(|w| w.started).min();
             let (Some(reached_at), Some(started)) = (reached_at, started) else {
                 break;
@@ -328,6 +335,11 @@ async fn publish(
         }
     }
     (fired, error, took)
+}
+
+/// The time since `then`, as a span of the store's clock.
+fn since(then: std::time::Instant) -> chrono::Duration {
+    chrono::Duration::from_std(then.elapsed()).unwrap_or_default()
 }
 
 /// While the broker link is down, the timers that may expire are kept from the client (see

@@ -14,6 +14,9 @@ pub struct Waiting {
     pub timer: DueTimer,
     pub reached_at: DateTime<Utc>,
     pub started: std::time::Instant,
+    /// When its claim's answer was taken: `reached_at` plus the time since is an instant of the
+    /// claim's clock no later than now.
+    pub held_at: std::time::Instant,
 }
 
 /// The claimed timers waiting, keyed by tenant.
