@@ -137,7 +137,14 @@ async fn a_broker_outage_longer_than_expire_after_turns_the_firing_into_timer_ex
         assert_eq!(event.envelope["payload"]["data"], json!({ "for": id }));
     }
 
-    // The API tells the two apart, and lists by the new state.
+    // The API tells the two apart, and lists by the new state. A row is marked after its
+    // event's PubAck: the event may be seen first.
+    for id in ids {
+        eventually(Duration::from_secs(10), "every row marked", || async {
+            (get(&client, id).await["state"] != "Scheduled").then_some(())
+        })
+        .await;
+    }
     let short = get(&client, "short").await;
     assert_eq!(short["state"], "Expired");
     assert_eq!(short["expiresAt"], common::rfc3339(deadline));

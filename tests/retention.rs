@@ -14,12 +14,12 @@ use common::{
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use timer_service::Daemon;
 use timer_service::actors::janitor::{Janitor, JanitorArgs};
-use timer_service::actors::persistence::PersistenceMsg;
+use timer_service::actors::persistence::{Class, PersistenceArgs, PersistenceMsg};
 use timer_service::actors::steps::PAUSE;
 use timer_service::actors::{NamedActor, Persistence, Registry};
 use timer_service::ports::SystemClock;
+use timer_service::storage::Store;
 use timer_service::storage::db::migrate;
-use timer_service::storage::{Store, StoreError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_finished_timers_are_deleted_and_nothing_else() {
@@ -167,11 +167,14 @@ async fn keep_finished_zero_keeps_everything() {
     daemon.shutdown().await.unwrap();
 }
 
-/// A Persistence stand-in that always has a full batch of finished timers to delete, and
-/// counts the batches asked for.
-struct EndlessBacklog(Arc<AtomicUsize>);
+/// Persistence as the Janitor meets it, counting its background operations (the sweep's
+/// steps) before handing every message to the real one.
+struct CountsSteps {
+    real: ActorRef<PersistenceMsg>,
+    steps: Arc<AtomicUsize>,
+}
 
-impl Actor for EndlessBacklog {
+impl Actor for CountsSteps {
     type Msg = PersistenceMsg;
     type State = ();
     type Arguments = ();
@@ -190,29 +193,61 @@ impl Actor for EndlessBacklog {
         message: PersistenceMsg,
         _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
-        if let PersistenceMsg::Run(operation) = message
-            && operation.name == "delete_finished"
+        if let PersistenceMsg::Run(operation) = &message
+            && operation.class == Class::Background
         {
-            self.0.fetch_add(1, Ordering::SeqCst);
-            let limit = operation.rows;
-            operation.answer(Ok::<(u64, Duration), StoreError>((
-                limit as u64,
-                Duration::ZERO,
-            )));
+            self.steps.fetch_add(1, Ordering::SeqCst);
         }
+        self.real.cast(message)?;
         Ok(())
     }
 }
+
+/// Tombstones in the backlog: more than a second of steps can delete at their pace (at most
+/// one step of `MAX_STEP` rows per `PAUSE`), so the sweep is still under way when the second
+/// watched ends, whether or not it keeps its pace.
+const BACKLOG: usize = 60_000;
 
 /// While a sweep works off a backlog, its steps keep their pace (one per pause): no second
 /// sweep runs beside it, and no step follows another without its pause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_under_way_keeps_its_pace_of_one_step_per_pause() {
+    let scratch = Scratch::new();
+    let database = scratch.database();
+    migrate(&database).await.unwrap();
+    let store = Store::open(&database).await.unwrap().with_callers_clock();
+    let long_ago = Utc::now() - chrono::Duration::days(400);
+    let commands: Vec<_> = (0..BACKLOG)
+        .map(|i| cancel_at("acme", &format!("gone-{i}"), i as u64 + 1, long_ago))
+        .collect();
+    for chunk in commands.chunks(5_000) {
+        store.apply(chunk).await.unwrap();
+    }
+    store.close().await.unwrap();
+
     let registry = Registry::new("janitor-pace-test");
-    let batches = Arc::new(AtomicUsize::new(0));
+    let (real, _) = Actor::spawn(
+        None,
+        Persistence,
+        PersistenceArgs {
+            database: database.clone(),
+            health: Default::default(),
+            claimant: claimant(),
+            postgres: Default::default(),
+            read_connections: 1,
+            read_timeout: Duration::from_secs(5),
+            stop: registry.stop().clone(),
+        },
+    )
+    .await
+    .unwrap();
+    let steps = Arc::new(AtomicUsize::new(0));
     let (persistence, _) = Actor::spawn(
         Some(registry.name(Persistence::NAME)),
-        EndlessBacklog(batches.clone()),
+        CountsSteps {
+            real: real.clone(),
+            steps: steps.clone(),
+        },
         (),
     )
     .await
@@ -228,16 +263,26 @@ async fn a_sweep_under_way_keeps_its_pace_of_one_step_per_pause() {
     )
     .await
     .unwrap();
-    // The pace is what is measured: batches asked for over one second.
+    // The sweep is under way once its first step was asked for.
+    eventually(
+        Duration::from_secs(10),
+        "the sweep's first step",
+        || async { (steps.load(Ordering::SeqCst) > 0).then_some(()) },
+    )
+    .await;
+    // The pace is what is measured: steps asked for over one second.
     let watched = Duration::from_secs(1);
-    let before = batches.load(Ordering::SeqCst);
+    let before = steps.load(Ordering::SeqCst);
     tokio::time::sleep(watched).await;
-    let asked = batches.load(Ordering::SeqCst) - before;
+    let asked = steps.load(Ordering::SeqCst) - before;
     let one_sweep = (watched.as_millis() / PAUSE.as_millis()) as usize + 2;
     assert!(
         asked <= one_sweep,
-        "{asked} batches in {watched:?}: more than one sweep's pace ({one_sweep})"
+        "{asked} steps in {watched:?}: more than one sweep's pace ({one_sweep})"
     );
+    let left: i64 = rows_by_state(&database).await.values().sum();
+    assert!(left > 0, "the backlog lasted the second watched");
     janitor.stop(None);
     persistence.stop(None);
+    real.stop(None);
 }

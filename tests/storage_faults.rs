@@ -251,22 +251,6 @@ fn sqlite_world() -> Option<(NatsServer, Scratch)> {
         .then(|| (NatsServer::start(), scratch))
 }
 
-/// Another process's connection takes the write lock of the file and keeps it.
-async fn hold_write_lock(db_path: &std::path::Path) -> sea_orm::DatabaseConnection {
-    use sea_orm::ConnectionTrait;
-    let other = timer_service::storage::db::connect(&DatabaseTarget::sqlite(db_path), 1)
-        .await
-        .unwrap();
-    other.execute_unprepared("BEGIN EXCLUSIVE").await.unwrap();
-    other
-}
-
-async fn release_write_lock(other: sea_orm::DatabaseConnection) {
-    use sea_orm::ConnectionTrait;
-    other.execute_unprepared("COMMIT").await.unwrap();
-    other.close().await.unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
     let Some((server, scratch)) = sqlite_world() else {
@@ -281,7 +265,7 @@ async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
     client.wait_for_command_stream().await;
     let actors_before = actor_ids(&daemon);
 
-    let other = hold_write_lock(&db_path).await;
+    let other = common::write_lock::hold(&db_path).await;
     let ids = ids("locked", 2_000);
     client.schedule_many("acme", &ids, Utc::now()).await;
     let cause = await_storage_fault(&daemon).await;
@@ -292,7 +276,7 @@ async fn a_write_lock_held_past_the_busy_timeout_is_waited_out() {
         "no command acknowledged while the lock is held"
     );
 
-    release_write_lock(other).await;
+    common::write_lock::release(other).await;
     assert_recovered(&daemon, &client, &db_path, &ids, &actors_before).await;
     daemon.shutdown().await.unwrap();
 }
@@ -318,7 +302,7 @@ async fn an_api_cancel_during_a_storage_fault_answers_500_and_is_applied_afterwa
     })
     .await;
 
-    let other = hold_write_lock(&db_path).await;
+    let other = common::write_lock::hold(&db_path).await;
     let (code, body) = client
         .api_request(
             "timer.api.cancel.acme",
@@ -335,7 +319,7 @@ async fn an_api_cancel_during_a_storage_fault_answers_500_and_is_applied_afterwa
         "the CancelTimer waits in the broker, not acknowledged"
     );
 
-    release_write_lock(other).await;
+    common::write_lock::release(other).await;
     eventually(Duration::from_secs(10), "the cancel applied", || async {
         let rows = rows_by_state(&DatabaseTarget::sqlite(&db_path)).await;
         (rows.get("Cancelled").copied() == Some(1)).then_some(())

@@ -8,10 +8,12 @@
 //! Janitor's pause after it (`steps::PAUSE`); the jobs of several tenants take turns step by
 //! step.
 //!
-//! Its first step waits (at most [`EARLIER_COMMANDS_WAIT`]) until the commands before it on its
+//! A job first waits (at most [`EARLIER_COMMANDS_WAIT`]) until the commands before it on its
 //! line are handled, by whichever daemon reads them: the CommandHandler commits what it
 //! gathered before handing a job over, but another daemon may hold an earlier command of the
-//! same line (a schedule this cancel must find).
+//! same line (a schedule this cancel must find). Each job waits on its own and joins the turns
+//! when its wait ends: a wait that takes its whole bound (a broker path gone silent) holds no
+//! other job's steps, and the jobs queued meanwhile do not each wait behind it.
 //!
 //! A job comes from the CommandHandler with the command's delivery, acknowledged once the last
 //! step committed (held until then, the broker sees it in progress), or from the API with a
@@ -75,6 +77,9 @@ pub struct Job {
 
 pub enum CancellerMsg {
     Run(Job),
+    /// The commands before job `key` are handled (or the wait for them ran out): its steps
+    /// may begin.
+    Ready(JobKey),
     /// A step of the job `key` ended: how many it cancelled, and when it was the last, how
     /// many the command cancelled in all.
     Stepped(JobKey, Result<StepOutcome, CallError>),
@@ -96,7 +101,6 @@ pub struct StepOutcome {
 
 struct Running {
     cancel: CancelMany,
-    stream_seq: u64,
     deliveries: Vec<InboundCommand>,
     replies: Vec<RpcReplyPort<Cancelled>>,
     steps: u64,
@@ -144,7 +148,8 @@ impl Actor for Canceller {
         state: &mut CancellerState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            CancellerMsg::Run(job) => state.take(job),
+            CancellerMsg::Run(job) => state.take(job, &myself),
+            CancellerMsg::Ready(key) => state.ready(key),
             CancellerMsg::Stepped(key, outcome) => {
                 state.stepping = None;
                 match outcome {
@@ -164,6 +169,7 @@ impl Actor for Canceller {
                         tracing::warn!(actor = Canceller::NAME, tenant_id = %key.0, sequence = key.1,
                             error = %e, retry_in_ms = delay.as_millis() as u64,
                             "a step of a CancelTimers failed; it is tried again");
+                        state.turns.push_front(key);
                         state.waiting = true;
                         myself.send_after(delay, || CancellerMsg::Resume);
                     }
@@ -177,15 +183,28 @@ impl Actor for Canceller {
 }
 
 impl CancellerState {
-    /// Takes a job, or joins it to the same command's job under way.
-    fn take(&mut self, job: Job) {
+    /// Takes a job, or joins it to the same command's job under way. A new job first waits
+    /// for the commands before it, on its own.
+    fn take(&mut self, job: Job, myself: &ActorRef<CancellerMsg>) {
         let key = (job.cancel.tenant_id.clone(), job.cancel.seq);
         let running = self.jobs.entry(key.clone()).or_insert_with(|| {
             tracing::info!(actor = Canceller::NAME, tenant_id = %job.cancel.tenant_id,
                 sequence = job.cancel.seq, filter = ?job.cancel.filter, "CancelTimers begins");
+            let (publisher, myself, key) = (self.publisher.clone(), myself.clone(), key.clone());
+            let stream_seq = job.stream_seq;
+            tokio::spawn(async move {
+                if !publisher
+                    .await_handled_before(stream_seq, EARLIER_COMMANDS_WAIT)
+                    .await
+                {
+                    tracing::warn!(actor = Canceller::NAME, tenant_id = %key.0,
+                        sequence = stream_seq,
+                        "commands before a CancelTimers still pending; it begins ahead of them");
+                }
+                let _ = myself.cast(CancellerMsg::Ready(key));
+            });
             Running {
                 cancel: job.cancel.clone(),
-                stream_seq: job.stream_seq,
                 deliveries: Vec::new(),
                 replies: Vec::new(),
                 steps: 0,
@@ -194,7 +213,11 @@ impl CancellerState {
         });
         running.deliveries.extend(job.delivery);
         running.replies.extend(job.reply);
-        if !self.turns.contains(&key) && self.stepping.as_ref() != Some(&key) {
+    }
+
+    /// A job's wait is over: it takes its turns.
+    fn ready(&mut self, key: JobKey) {
+        if self.jobs.contains_key(&key) {
             self.turns.push_back(key);
         }
     }
@@ -244,20 +267,9 @@ impl CancellerState {
         let cancel = running.cancel.clone();
         let persistence = self.registry.persistence();
         let myself = myself.clone();
-        let first = running.steps == 0;
         let rows = STEP;
-        let (publisher, stream_seq) = (self.publisher.clone(), running.stream_seq);
         self.stepping = Some(key.clone());
         tokio::spawn(async move {
-            if first
-                && !publisher
-                    .await_handled_before(stream_seq, EARLIER_COMMANDS_WAIT)
-                    .await
-            {
-                tracing::warn!(actor = Canceller::NAME, tenant_id = %cancel.tenant_id,
-                    sequence = stream_seq,
-                    "commands before a CancelTimers still pending; it begins ahead of them");
-            }
             let outcome = step(&persistence, cancel, rows).await;
             let _ = myself.cast(CancellerMsg::Stepped(key, outcome));
         });

@@ -61,9 +61,11 @@ pub trait CommandPublisher: Send + Sync + 'static {
     /// Waits, at most `bound`, until every command that may share a key with command `seq` and
     /// came before it has been handled; says whether they all were. A consumer still being
     /// created (a daemon starting) or a broker restarting answers in a moment, so a failed
-    /// look is asked again until the bound.
+    /// look is asked again until the bound, less often the longer it waits (each look is a
+    /// few requests to the broker, and many commands may wait at once).
     async fn await_handled_before(&self, seq: u64, bound: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + bound;
+        let mut pause = Duration::from_millis(5);
         loop {
             match tokio::time::timeout_at(deadline, self.handled_through(seq)).await {
                 Ok(Ok(floor)) if floor + 1 >= seq => return true,
@@ -76,7 +78,8 @@ pub trait CommandPublisher: Send + Sync + 'static {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod quota_checks;
 mod small_disk;
 mod support;
 pub mod tls_front;
+pub mod write_lock;
 pub use backups::{backup_command, backup_process, exit_within, output_within, partials};
 pub use nats_server::{NatsServer, free_port};
 pub use postgres_cluster::PostgresCluster;

@@ -94,11 +94,13 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
 }
 
 /// Hands each `CancelTimers` to the Canceller once every command gathered before it is
-/// committed, so that its steps find the timers those schedule (docs/CONTRACT.md §3). While
-/// the database fails, they are handed back with the commands around them.
+/// committed, so that its steps find the timers those schedule (docs/CONTRACT.md §3). When
+/// those could not be stored, they are handed back with them. Otherwise the Canceller takes
+/// it even while earlier attempts failed: it waits for the commands before it on its line
+/// (those handed back, delivered again) and retries its steps until the database answers.
 async fn start_cancels(state: &mut CommandHandlerState, many: Vec<(CancelMany, InboundCommand)>) {
     state.pipeline.finish(&state.args).await;
-    if state.pipeline.failing() {
+    if state.pipeline.failed_now() {
         let cause = "the commands before them could not be stored".to_owned();
         let deliveries = many.into_iter().map(|(_, inbound)| inbound).collect();
         if let Err(cause) = hand_back(deliveries, cause).await {

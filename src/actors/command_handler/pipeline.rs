@@ -59,9 +59,13 @@ impl Pipeline {
         self.gathered.len() >= GROUP_MAX
     }
 
-    /// Whether the last transactions could not be stored (the database fails).
-    pub fn failing(&self) -> bool {
-        self.store_failure.is_some() || self.failed_stores.failures() > 0
+    /// Whether a transaction that finished since the last pull could not be stored: the
+    /// database fails now, and the commands it held go back to the broker. Failures before a
+    /// pull that was let through do not count: with every batch holding a `CancelTimers`, a
+    /// count of them kept handing the cancels back (each hand-back a failure of its own), and
+    /// their lines crawled at the longest backoff long after the database was back.
+    pub fn failed_now(&self) -> bool {
+        self.store_failure.is_some()
     }
 
     /// Notes commands handed back because they could not be stored now (`cause`), as a failed

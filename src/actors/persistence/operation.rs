@@ -2,8 +2,6 @@
 //! [`Class`] of work it is (which decides its lane and its turn there), and what its log line
 //! and the health need to know of it.
 
-use std::any::Any;
-
 use futures::future::BoxFuture;
 use ractor::RpcReplyPort;
 
@@ -113,13 +111,6 @@ impl Operation {
         self.job.fail(error);
     }
 
-    /// Answers the operation without running it: for a stand-in of Persistence in a test. An
-    /// answer of another type than the operation's is dropped, and its caller sees no reply.
-    #[doc(hidden)]
-    pub fn answer<T: Send + 'static>(self, result: Result<T, StoreError>) {
-        self.job.answer(Box::new(result));
-    }
-
     /// Runs the operation on `worker`'s connection, which replies.
     pub(super) async fn run(self, worker: &mut Worker) {
         let Operation {
@@ -144,13 +135,13 @@ impl Operation {
     }
 }
 
-/// An operation with its result type erased, so that one message carries any of them.
+/// An operation whose result type only its own reply knows, so that one message carries any
+/// of them: it is either run, its reply sent the work's own result, or failed; nothing else
+/// can answer it, so no answer of a wrong type can be sent.
 trait Job: Send {
     fn run<'a>(self: Box<Self>, worker: &'a mut Worker, meta: Meta) -> BoxFuture<'a, ()>;
 
     fn fail(self: Box<Self>, error: StoreError);
-
-    fn answer(self: Box<Self>, result: Box<dyn Any + Send>);
 }
 
 struct Typed<T> {
@@ -169,11 +160,5 @@ impl<T: Send + 'static> Job for Typed<T> {
 
     fn fail(self: Box<Self>, error: StoreError) {
         let _ = self.reply.send(Err(error));
-    }
-
-    fn answer(self: Box<Self>, result: Box<dyn Any + Send>) {
-        if let Ok(result) = result.downcast::<Result<T, StoreError>>() {
-            let _ = self.reply.send(*result);
-        }
     }
 }

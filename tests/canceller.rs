@@ -1,0 +1,229 @@
+//! The Canceller on its own, with a real Persistence and a command publisher that says when
+//! the commands before a `CancelTimers` are handled: a job whose earlier commands are still
+//! pending (held by another daemon, a broker path gone silent) holds no other tenant's job
+//! back, and still waits for them before it cancels anything. (The command's whole path, from
+//! the stream to the count, is shown against real NATS in `cancel_many.rs`.)
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::Utc;
+use common::eventually;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use timer_service::actors::canceller::{Cancelled, CancellerArgs, Job};
+use timer_service::actors::persistence::{Class, PersistenceArgs, PersistenceMsg};
+use timer_service::actors::{Canceller, NamedActor, Persistence, Registry};
+use timer_service::domain::{CancelFilter, CancelMany, StreamIncarnation, TimerState};
+use timer_service::ports::{BusError, CommandPublisher, PublishError};
+use timer_service::storage::StoreError;
+use timer_service::storage::db::migrate;
+use tokio::sync::oneshot;
+
+/// Says every command before a `CancelTimers` is handled, except before those it holds back.
+#[derive(Default)]
+struct Pending {
+    held: Mutex<HashSet<u64>>,
+}
+
+#[async_trait]
+impl CommandPublisher for Pending {
+    async fn publish(
+        &self,
+        _subject: String,
+        _payload: Bytes,
+    ) -> Result<(StreamIncarnation, u64), PublishError> {
+        Err(PublishError::NotStored("not used here".into()))
+    }
+
+    async fn handled_through(&self, seq: u64) -> Result<u64, BusError> {
+        let held = self.held.lock().unwrap().contains(&seq);
+        Ok(if held { 0 } else { seq - 1 })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_waiting_for_earlier_commands_holds_no_other_tenants_cancel_back() {
+    let scratch = common::Scratch::new();
+    let registry = Registry::new("canceller-test");
+    let persistence_actor = start_persistence(&scratch, &registry, true).await;
+    schedule_three(&registry, &[("slow", 1), ("quick", 2)]).await;
+
+    let publisher = Arc::new(Pending::default());
+    // The commands before slow's CancelTimers (sequence 100) are held elsewhere.
+    publisher.held.lock().unwrap().insert(100);
+    let canceller = start_canceller(&registry, publisher.clone()).await;
+    let mut slow = run(&registry, "slow", 100);
+    let quick = run(&registry, "quick", 101);
+
+    // The quick tenant's cancel is done while the slow one still waits.
+    let count = tokio::time::timeout(Duration::from_secs(30), quick)
+        .await
+        .expect("quick's cancel answered")
+        .unwrap();
+    assert_eq!(count, Ok(3));
+    assert!(
+        matches!(slow.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+        "slow's cancel is still waiting for the commands before it"
+    );
+    // ... and has cancelled nothing yet: a schedule before it may still be stored.
+    for n in 0..3 {
+        let row = registry
+            .persistence()
+            .get("slow", &format!("slow-{n}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.state, TimerState::Scheduled);
+    }
+
+    // Once they are handled, it runs.
+    publisher.held.lock().unwrap().clear();
+    let count = eventually(Duration::from_secs(30), "slow's cancel answered", || {
+        let got = slow.try_recv().ok();
+        async move { got }
+    })
+    .await;
+    assert_eq!(count, Ok(3));
+    canceller.stop(None);
+    persistence_actor.stop(None);
+}
+
+/// Persistence whose first background operation (a cancel's step) fails, as with the database
+/// gone for a moment; it hands every other operation to the real one.
+struct FailsOneStep {
+    real: ActorRef<PersistenceMsg>,
+}
+
+impl Actor for FailsOneStep {
+    type Msg = PersistenceMsg;
+    type State = bool;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<bool, ActorProcessingErr> {
+        Ok(false)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: PersistenceMsg,
+        failed: &mut bool,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            PersistenceMsg::Run(operation) if operation.class == Class::Background && !*failed => {
+                *failed = true;
+                operation.fail(StoreError::Unavailable("the database went away".into()));
+            }
+            message => self.real.cast(message)?,
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_step_is_tried_again_until_the_cancel_is_done() {
+    let scratch = common::Scratch::new();
+    let registry = Registry::new("canceller-retry-test");
+    let real = start_persistence(&scratch, &registry, false).await;
+    let (stand_in, _) = Actor::spawn(
+        Some(registry.name(Persistence::NAME)),
+        FailsOneStep { real: real.clone() },
+        (),
+    )
+    .await
+    .unwrap();
+    schedule_three(&registry, &[("acme", 1)]).await;
+    let canceller = start_canceller(&registry, Arc::new(Pending::default())).await;
+
+    let count = tokio::time::timeout(Duration::from_secs(30), run(&registry, "acme", 100))
+        .await
+        .expect("the cancel is done after its failed step")
+        .unwrap();
+    assert_eq!(count, Ok(3));
+    canceller.stop(None);
+    stand_in.stop(None);
+    real.stop(None);
+}
+
+/// The real Persistence, registered as the registry's when `named` (else a stand-in is).
+async fn start_persistence(
+    scratch: &common::Scratch,
+    registry: &Registry,
+    named: bool,
+) -> ActorRef<PersistenceMsg> {
+    migrate(&scratch.database()).await.unwrap();
+    let (persistence, _) = Actor::spawn(
+        named.then(|| registry.name(Persistence::NAME)),
+        Persistence,
+        PersistenceArgs {
+            database: scratch.database(),
+            health: Default::default(),
+            claimant: common::claimant(),
+            postgres: Default::default(),
+            read_connections: 1,
+            read_timeout: Duration::from_secs(1),
+            stop: registry.stop().clone(),
+        },
+    )
+    .await
+    .unwrap();
+    persistence
+}
+
+/// Three pending timers of each tenant, their commands at `10 * seq` and after.
+async fn schedule_three(registry: &Registry, tenants: &[(&str, u64)]) {
+    let due = Utc::now() + chrono::Duration::hours(1);
+    let mut commands = Vec::new();
+    for (tenant, seq) in tenants {
+        for n in 0..3 {
+            let id = format!("{tenant}-{n}");
+            commands.push(common::schedule_at(tenant, &id, seq * 10 + n, due));
+        }
+    }
+    registry.persistence().apply(commands).await.unwrap();
+}
+
+async fn start_canceller(
+    registry: &Registry,
+    publisher: Arc<dyn CommandPublisher>,
+) -> ActorRef<timer_service::actors::canceller::CancellerMsg> {
+    let (canceller, _) = Actor::spawn(
+        Some(registry.name(Canceller::NAME)),
+        Canceller,
+        CancellerArgs {
+            registry: registry.clone(),
+            publisher,
+        },
+    )
+    .await
+    .unwrap();
+    canceller
+}
+
+/// Hands the Canceller a `CancelTimers` of all of `tenant`'s pending timers at `seq`; the
+/// receiver gets its count.
+fn run(registry: &Registry, tenant: &str, seq: u64) -> oneshot::Receiver<Cancelled> {
+    let (tx, rx) = oneshot::channel::<Cancelled>();
+    let job = Job {
+        cancel: CancelMany {
+            tenant_id: tenant.into(),
+            filter: CancelFilter::default(),
+            seq,
+            received_at: Utc::now(),
+        },
+        stream_seq: seq,
+        delivery: None,
+        reply: Some(RpcReplyPort::from(tx)),
+    };
+    assert!(registry.cancel_many(job), "the Canceller takes the job");
+    rx
+}
