@@ -1,7 +1,7 @@
 //! Cancelling many timers at once (docs/CONTRACT.md §3, §6): `CancelTimers` by a filter, as a
 //! command and through the API (with `dryRun`); it cancels only the tenant's pending timers it
-//! selects, never one a newer command scheduled, and a crash half-way resumes it. Against real
-//! daemons on their own broker and database.
+//! selects, never one a newer command scheduled, and a crash or a broker restart half-way
+//! neither loses nor strands it. Against real daemons on their own broker and database.
 
 mod common;
 
@@ -11,6 +11,7 @@ use std::time::Duration;
 use chrono::Utc;
 use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually};
 use serde_json::{Value, json};
+use timer_service::storage::db::DatabaseTarget;
 
 async fn ok(client: &TestClient, subject: &str, body: Value) -> Value {
     match client.api_request(subject, body).await {
@@ -176,26 +177,16 @@ async fn a_cancel_many_keeps_its_place_in_the_stream_against_racing_schedules() 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_many_cut_by_a_crash_resumes_and_finishes() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let daemon = DaemonProcess::start(&server, &scratch);
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
-    let total = 40_000;
-    let ids: Vec<String> = (0..total).map(|i| format!("k-{i:06}")).collect();
+/// Timers of a cancel of all that its first steps cannot finish.
+const CUT_TOTAL: i64 = 40_000;
+
+/// `CUT_TOTAL` pending timers of acme, then a `CancelTimers` of all of them; returns once its
+/// first steps committed, with how many they cancelled.
+async fn begin_a_long_cancel(client: &TestClient, database: &DatabaseTarget) -> i64 {
+    let ids: Vec<String> = (0..CUT_TOTAL).map(|i| format!("k-{i:06}")).collect();
     let due = Utc::now() + chrono::Duration::hours(1);
     client.schedule_many("acme", &ids, due).await;
     client.barrier("acme").await;
-    let database = scratch.database();
-    let cancelled = || async {
-        common::rows_by_state(&database)
-            .await
-            .get("Cancelled")
-            .copied()
-            .unwrap_or(0)
-    };
     client
         .publish_raw(
             "timer.cmd.cancel-many.acme",
@@ -206,25 +197,30 @@ async fn a_cancel_many_cut_by_a_crash_resumes_and_finishes() {
             .unwrap(),
         )
         .await;
-    let at_kill = eventually(
+    eventually(
         Duration::from_secs(30),
         "the first steps to commit",
         || async {
-            let n = cancelled().await;
+            let n = cancelled(database).await;
             (n > 0).then_some(n)
         },
     )
-    .await;
-    daemon.kill9();
-    let at_kill = at_kill.max(cancelled().await);
-    assert!(
-        at_kill < total,
-        "the cancel finished before the kill ({at_kill} of {total}): nothing was cut"
-    );
+    .await
+}
 
-    let restarted = DaemonProcess::start(&server, &scratch);
+async fn cancelled(database: &DatabaseTarget) -> i64 {
+    common::rows_by_state(database)
+        .await
+        .get("Cancelled")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Every timer of the cut cancel ends cancelled, and its command is acknowledged (the stream
+/// empties).
+async fn assert_finished(client: &TestClient, database: &DatabaseTarget) {
     eventually(Duration::from_secs(60), "the cancel to finish", || async {
-        (cancelled().await == total).then_some(())
+        (cancelled(database).await == CUT_TOTAL).then_some(())
     })
     .await;
     eventually(
@@ -233,9 +229,53 @@ async fn a_cancel_many_cut_by_a_crash_resumes_and_finishes() {
         || async { (client.commands_outstanding().await == 0).then_some(()) },
     )
     .await;
-    let by_state = common::rows_by_state(&database).await;
+    let by_state = common::rows_by_state(database).await;
     assert_eq!(by_state.get("Scheduled"), None, "{by_state:?}");
-    eprintln!("cut at {at_kill} of {total} cancelled; the restart cancelled the rest");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_many_cut_by_a_crash_resumes_and_finishes() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let database = scratch.database();
+    let daemon = DaemonProcess::start(&server, &scratch);
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    let at_kill = begin_a_long_cancel(&client, &database).await;
+    daemon.kill9();
+    let at_kill = at_kill.max(cancelled(&database).await);
+    assert!(
+        at_kill < CUT_TOTAL,
+        "the cancel finished before the kill ({at_kill} of {CUT_TOTAL}): nothing was cut"
+    );
+
+    let restarted = DaemonProcess::start(&server, &scratch);
+    assert_finished(&client, &database).await;
+    eprintln!("cut at {at_kill} of {CUT_TOTAL} cancelled; the restart cancelled the rest");
     restarted.signal(libc::SIGTERM);
     assert!(restarted.wait_exit(Duration::from_secs(25)).await.success());
+}
+
+/// The broker restarted while the daemon holds the `CancelTimers`'s delivery (in progress
+/// until the last step): the steps go on, the copy the broker delivers again joins the job
+/// under way (or finds nothing left), and the command is acknowledged at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_while_a_cancel_many_runs_loses_and_strands_nothing() {
+    let mut server = NatsServer::start();
+    let scratch = Scratch::new();
+    let database = scratch.database();
+    let daemon = DaemonProcess::start(&server, &scratch);
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    let at_restart = begin_a_long_cancel(&client, &database).await;
+    server.restart();
+    assert!(
+        at_restart < CUT_TOTAL,
+        "the cancel finished before the restart ({at_restart} of {CUT_TOTAL})"
+    );
+    let client = TestClient::connect(&server).await;
+    assert_finished(&client, &database).await;
+    eprintln!("broker restarted at {at_restart} of {CUT_TOTAL} cancelled");
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait_exit(Duration::from_secs(25)).await.success());
 }

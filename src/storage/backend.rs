@@ -9,6 +9,9 @@
 //! - the clock: whose clock decides what is due, and the retention cutoff by it;
 //! - taking a daemon's name, and the WAL catch-up.
 //!
+//! A claim reaches the backend as one value ([`ClaimDue`], [`ClaimShares`]) built once by the
+//! store with its clock, not as positional parameters passed on through each layer.
+//!
 //! A backend module imports the shared ones (rows, constants, `fair::choose`'s limits), never
 //! the other way round. A change for one database touches its own directory only.
 
@@ -45,6 +48,29 @@ impl Now {
     }
 }
 
+/// A claim in firing order (see `Store::claim_due_fenced`): up to `limit` due timers after
+/// `after`, taking again only those of the claimant's own claims whose lease ends before
+/// `fence`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimDue<'a> {
+    pub(crate) now: Now,
+    pub(crate) after: Option<&'a DuePosition>,
+    pub(crate) limit: usize,
+    pub(crate) fence: Option<DateTime<Utc>>,
+    pub(crate) claimant: &'a Claimant,
+}
+
+/// The fair claim's shares (see `storage::fair`): up to `share` due timers of each of
+/// `tenants`, each tenant's in `dueAt` order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimShares<'a> {
+    pub(crate) now: Now,
+    pub(crate) tenants: &'a [String],
+    pub(crate) share: usize,
+    pub(crate) fence: DateTime<Utc>,
+    pub(crate) claimant: &'a Claimant,
+}
+
 /// What one database does its own way. Methods that have nothing to do on a database are
 /// no-ops there.
 #[async_trait::async_trait]
@@ -77,17 +103,9 @@ pub(crate) trait Backend: Debug + Send + Sync {
     /// writer's job.
     async fn catch_up_wal(&self, db: &DatabaseConnection) -> Result<(), StoreError>;
 
-    /// See `Store::claim_due_fenced`: claims up to `limit` due timers in firing order, after
-    /// `after`, and when the batch is not full finds when to look again.
-    async fn claim_due(
-        &self,
-        store: &Store,
-        now: Now,
-        after: Option<&DuePosition>,
-        limit: usize,
-        fence: Option<DateTime<Utc>>,
-        claimant: &Claimant,
-    ) -> Result<DueBatch, StoreError>;
+    /// See `Store::claim_due_fenced`: claims due timers in firing order, and when the batch is
+    /// not full finds when to look again.
+    async fn claim_due(&self, store: &Store, claim: ClaimDue<'_>) -> Result<DueBatch, StoreError>;
 
     /// See `Store::mark_reached`; `batches` holds at least one timer.
     async fn mark_reached(
@@ -106,16 +124,11 @@ pub(crate) trait Backend: Debug + Send + Sync {
         resume_after: Option<&str>,
     ) -> Result<Vec<(String, bool)>, StoreError>;
 
-    /// The fair claim's shares: claims up to `share` due timers of each of `tenants`, each
-    /// tenant's in `dueAt` order, in one statement.
+    /// The fair claim's shares, in one statement.
     async fn claim_shares(
         &self,
         store: &Store,
-        now: Now,
-        tenants: &[String],
-        share: usize,
-        fence: DateTime<Utc>,
-        claimant: &Claimant,
+        claim: ClaimShares<'_>,
     ) -> Result<DueBatch, StoreError>;
 
     /// Now by the store's clock, as stored text (the daemons' `seen_at`): the caller's `now`

@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
 
+use super::backend::ClaimShares;
 use super::{Claimant, DueBatch, Store, StoreError};
 
 /// Most tenants one fair claim takes timers from (SQLite joins at most 500 selects in one
@@ -56,10 +57,14 @@ pub(super) async fn claim_fair(
         });
     }
     let share = (limit / serve.len()).max(1);
-    let batch = store
-        .backend
-        .claim_shares(store, now, &serve, share, fence, claimant)
-        .await?;
+    let shares = ClaimShares {
+        now,
+        tenants: &serve,
+        share,
+        fence,
+        claimant,
+    };
+    let batch = store.backend.claim_shares(store, shares).await?;
     Ok(FairBatch {
         batch,
         resume_after,

@@ -3,10 +3,11 @@
 //! (`sqlite/firing.rs`, `postgres/firing.rs`), each by the clock that decides what is due
 //! there; what is shared lives here:
 //!
+//! - the store's firing methods: the claims (in `dueAt` order, and fair ones, `fair`) and
+//!   the mark, handed to the backend with the store's clock;
 //! - [`due_query`]: the keys a claim in firing order picks, as SeaORM builds them: the
 //!   pending index's own order (`dueAt`, tenant, service call), skipping live claims of other
 //!   daemons. SQLite's claim runs it; a test explains it.
-//! - the entry points the store calls, which hand the caller's clock to the backend.
 //!
 //! These writes commit without waiting for the disk: losing one to a power cut only means a
 //! timer is claimed or published again, which the contract allows.
@@ -17,10 +18,89 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, Query, SelectStatement};
 use sea_orm::{ColumnTrait, Order};
 
+use super::backend::ClaimDue;
 use super::entity::{Column, Entity};
-use super::{Claimant, DueBatch, PENDING, Store, StoreError};
+use super::{Claimant, DueBatch, PENDING, Store, StoreError, fair, probe};
 use crate::domain::timestamp::format_utc;
 use crate::domain::{DuePosition, DueTimer};
+
+impl Store {
+    /// Claims up to `limit` `Scheduled` timers with `due_at <= now` in firing order (`now` is
+    /// the caller's clock on SQLite; on PostgreSQL, shared by daemons whose clocks may
+    /// disagree, it is the database server's, see `storage/postgres/`) — starting
+    /// after `after` when given (the last timer the caller has in flight) and skipping those
+    /// another daemon holds a live claim on — and, when no more are due, finds the next `dueAt` to
+    /// wake up for. The claim is what "picked for firing" means: committed, so a cancel arriving
+    /// after it comes too late, and with several daemons no two publish the same timer. Refused
+    /// while another daemon holds the claimant's name (see [`Self::probe`]).
+    pub async fn claim_due(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&DuePosition>,
+        limit: usize,
+        claimant: &Claimant,
+    ) -> Result<DueBatch, StoreError> {
+        self.claim_due_fenced(now, after, limit, None, claimant)
+            .await
+    }
+
+    /// [`Self::claim_due`] in the middle of a run of claims: the claimant's own claims are
+    /// taken again only if their lease ends before `fence` (made before the run began: its
+    /// publish failed, or an earlier incarnation of the daemon made them); those made since
+    /// are in flight and stay with it. `None`: all of them may be taken again (nothing of this
+    /// claimant's is in flight).
+    pub async fn claim_due_fenced(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&DuePosition>,
+        limit: usize,
+        fence: Option<DateTime<Utc>>,
+        claimant: &Claimant,
+    ) -> Result<DueBatch, StoreError> {
+        probe::check_name_held(&claimant.name)?;
+        let claim = ClaimDue {
+            now: self.now(now),
+            after,
+            limit,
+            fence,
+            claimant,
+        };
+        self.backend.claim_due(self, claim).await
+    }
+
+    /// Claims, for firing, up to an equal share of `limit` of the due timers of each tenant
+    /// that has some due at `now`, but for those in `skip` (whose timers this daemon already
+    /// holds), each tenant's in `dueAt` order; going on after `resume_after` (see
+    /// [`fair::FairBatch`]). `fence` as for [`Self::claim_due_fenced`]: fair claims are made in
+    /// the middle of a run. See `storage::fair`.
+    pub async fn claim_fair(
+        &self,
+        now: DateTime<Utc>,
+        skip: &std::collections::BTreeSet<String>,
+        resume_after: Option<&str>,
+        limit: usize,
+        fence: DateTime<Utc>,
+        claimant: &Claimant,
+    ) -> Result<fair::FairBatch, StoreError> {
+        probe::check_name_held(&claimant.name)?;
+        fair::claim_fair(self, now, skip, resume_after, limit, fence, claimant).await
+    }
+
+    /// Marks published batches `Reached`, each at its own `reached_at` (the instant its claim
+    /// was decided, by the store's clock: see [`DueBatch::server_now`]), in one transaction. A
+    /// row whose `due_at` changed since it was claimed (rescheduled while its event was in
+    /// flight) is left `Scheduled`, so the new `dueAt` still fires. Returns the number of rows
+    /// marked.
+    pub async fn mark_reached(
+        &self,
+        batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
+    ) -> Result<u64, StoreError> {
+        if batches.iter().all(|(fired, _)| fired.is_empty()) {
+            return Ok(0);
+        }
+        self.backend.mark_reached(self, batches).await
+    }
+}
 
 /// The keys of up to `limit` timers `claimant` may fire at `now`, in firing order, after
 /// `after` when given. [`Store::claim_due`] claims them; a test explains it.
@@ -51,33 +131,6 @@ pub(super) fn due_query_fenced(
         .order_by(Column::ServiceCallId, Order::Asc)
         .limit(limit as u64);
     due
-}
-
-/// See [`Store::claim_due_fenced`]: the backend's claim, by its clock.
-pub(super) async fn claim_due(
-    store: &Store,
-    now: DateTime<Utc>,
-    after: Option<&DuePosition>,
-    limit: usize,
-    fence: Option<DateTime<Utc>>,
-    claimant: &Claimant,
-) -> Result<DueBatch, StoreError> {
-    let now = store.now(now);
-    store
-        .backend
-        .claim_due(store, now, after, limit, fence, claimant)
-        .await
-}
-
-/// See [`Store::mark_reached`]: the backend's mark, for batches that hold a timer.
-pub(super) async fn mark_reached(
-    store: &Store,
-    batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
-) -> Result<u64, StoreError> {
-    if batches.iter().all(|(fired, _)| fired.is_empty()) {
-        return Ok(0);
-    }
-    store.backend.mark_reached(store, batches).await
 }
 
 /// Due, pending, after the caller's cursor, and not held by a live claim of another daemon

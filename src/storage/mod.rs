@@ -51,7 +51,7 @@ use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr, TransactionTrait};
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
 use crate::domain::forecast::{ForecastMinute, ForecastWindow};
 use crate::domain::quota::Quotas;
-use crate::domain::{CancelOutcome, Command, DuePosition, DueTimer, StreamIncarnation, Timer};
+use crate::domain::{CancelOutcome, Command, DueTimer, StreamIncarnation, Timer};
 use backend::{Backend, Now};
 use db::{DatabaseTarget, connect_with};
 use postgres::Postgres;
@@ -68,7 +68,16 @@ pub fn postgres_claim_statement(
 ) -> (&'static str, sea_orm::Statement) {
     (
         postgres::firing::FIRING_SETTINGS,
-        postgres::firing::claim_statement(None, None, limit, None, claimant),
+        postgres::firing::claim_statement(backend::ClaimDue {
+            now: Now {
+                at: Utc::now(),
+                callers_clock: false,
+            },
+            after: None,
+            limit,
+            fence: None,
+            claimant,
+        }),
     )
 }
 /// The PostgreSQL mark statement for `keys` (tenant, service call id, `dueAt`) as the store runs
@@ -211,72 +220,6 @@ impl Store {
         command: &Command,
     ) -> Result<(CancelOutcome, Option<Timer>), StoreError> {
         commands::cancel(self, command).await
-    }
-
-    /// Claims up to `limit` `Scheduled` timers with `due_at <= now` in firing order (`now` is
-    /// the caller's clock on SQLite; on PostgreSQL, shared by daemons whose clocks may
-    /// disagree, it is the database server's, see `storage/postgres/`) — starting
-    /// after `after` when given (the last timer the caller has in flight) and skipping those
-    /// another daemon holds a live claim on — and, when no more are due, finds the next `dueAt` to
-    /// wake up for. The claim is what "picked for firing" means: committed, so a cancel arriving
-    /// after it comes too late, and with several daemons no two publish the same timer. Refused
-    /// while another daemon holds the claimant's name (see [`Self::probe`]).
-    pub async fn claim_due(
-        &self,
-        now: DateTime<Utc>,
-        after: Option<&DuePosition>,
-        limit: usize,
-        claimant: &Claimant,
-    ) -> Result<DueBatch, StoreError> {
-        self.claim_due_fenced(now, after, limit, None, claimant)
-            .await
-    }
-
-    /// [`Self::claim_due`] in the middle of a run of claims: the claimant's own claims are
-    /// taken again only if their lease ends before `fence` (made before the run began: its
-    /// publish failed, or an earlier incarnation of the daemon made them); those made since
-    /// are in flight and stay with it. `None`: all of them may be taken again (nothing of this
-    /// claimant's is in flight).
-    pub async fn claim_due_fenced(
-        &self,
-        now: DateTime<Utc>,
-        after: Option<&DuePosition>,
-        limit: usize,
-        fence: Option<DateTime<Utc>>,
-        claimant: &Claimant,
-    ) -> Result<DueBatch, StoreError> {
-        probe::check_name_held(&claimant.name)?;
-        firing::claim_due(self, now, after, limit, fence, claimant).await
-    }
-
-    /// Claims, for firing, up to an equal share of `limit` of the due timers of each tenant
-    /// that has some due at `now`, but for those in `skip` (whose timers this daemon already
-    /// holds), each tenant's in `dueAt` order; going on after `resume_after` (see
-    /// [`fair::FairBatch`]). `fence` as for [`Self::claim_due_fenced`]: fair claims are made in
-    /// the middle of a run. See `storage::fair`.
-    pub async fn claim_fair(
-        &self,
-        now: DateTime<Utc>,
-        skip: &std::collections::BTreeSet<String>,
-        resume_after: Option<&str>,
-        limit: usize,
-        fence: DateTime<Utc>,
-        claimant: &Claimant,
-    ) -> Result<fair::FairBatch, StoreError> {
-        probe::check_name_held(&claimant.name)?;
-        fair::claim_fair(self, now, skip, resume_after, limit, fence, claimant).await
-    }
-
-    /// Marks published batches `Reached`, each at its own `reached_at` (the instant its claim
-    /// was decided, by the store's clock: see [`DueBatch::server_now`]), in one transaction. A
-    /// row whose `due_at` changed since it was claimed (rescheduled while its event was in
-    /// flight) is left `Scheduled`, so the new `dueAt` still fires. Returns the number of rows
-    /// marked.
-    pub async fn mark_reached(
-        &self,
-        batches: &[(Arc<[DueTimer]>, DateTime<Utc>)],
-    ) -> Result<u64, StoreError> {
-        firing::mark_reached(self, batches).await
     }
 
     /// One timer of one tenant. Scoped by tenant: another tenant's timer with the same

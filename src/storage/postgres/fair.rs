@@ -8,8 +8,9 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
 use super::firing::run_claim;
 use crate::domain::timestamp::format_utc;
+use crate::storage::backend::ClaimShares;
 use crate::storage::fair::TENANTS_PER_WALK;
-use crate::storage::{Claimant, DueBatch, Store, StoreError};
+use crate::storage::{DueBatch, Store, StoreError};
 
 /// The walk (see `storage::fair`): after `$1`, due by `$2` (NULL: the server's clock), at most
 /// `$3` tenants. PostgreSQL reads a recursive query only as far as its reader asks.
@@ -85,14 +86,15 @@ pub(super) async fn walk(
 }
 
 /// Claims up to `share` due timers of each of `tenants`.
-pub(super) async fn claim(
-    store: &Store,
-    callers_now: Option<DateTime<Utc>>,
-    tenants: &[String],
-    share: usize,
-    fence: DateTime<Utc>,
-    claimant: &Claimant,
-) -> Result<DueBatch, StoreError> {
+pub(super) async fn claim(store: &Store, claim: ClaimShares<'_>) -> Result<DueBatch, StoreError> {
+    let ClaimShares {
+        now,
+        tenants,
+        share,
+        fence,
+        claimant,
+    } = claim;
+    let callers_now = super::callers_now(now);
     let lease_ms = i64::try_from(claimant.lease.as_millis()).unwrap_or(i64::MAX);
     let values: Vec<Value> = vec![
         claimant.name.clone().into(),

@@ -21,10 +21,11 @@ use sea_orm::{
     TransactionTrait, Value,
 };
 
+use crate::domain::DueTimer;
 use crate::domain::timestamp::format_utc;
-use crate::domain::{DuePosition, DueTimer};
+use crate::storage::backend::ClaimDue;
 use crate::storage::rows::{due_timer_of, parse_optional_time};
-use crate::storage::{Claimant, DueBatch, Store, StoreError};
+use crate::storage::{DueBatch, Store, StoreError};
 
 /// The claim, with `$after` a further condition on the rows picked. The instant is read as a
 /// scalar subquery (`(SELECT now_text FROM clock)`), which the scan of the pending index takes
@@ -135,26 +136,20 @@ pub(in crate::storage) const FIRING_SETTINGS: &str = "SET LOCAL synchronous_comm
 
 /// See [`Store::claim_due`]: by the server's clock, which `DueBatch::server_now` reports
 /// (with `callers_now`, in tests of the rules, by that instead).
-pub(super) async fn claim_due(
-    store: &Store,
-    callers_now: Option<DateTime<Utc>>,
-    after: Option<&DuePosition>,
-    limit: usize,
-    fence: Option<DateTime<Utc>>,
-    claimant: &Claimant,
-) -> Result<DueBatch, StoreError> {
-    let statement = claim_statement(callers_now, after, limit, fence, claimant);
-    run_claim(store, statement).await
+pub(super) async fn claim_due(store: &Store, claim: ClaimDue<'_>) -> Result<DueBatch, StoreError> {
+    run_claim(store, claim_statement(claim)).await
 }
 
 /// The claim statement with its values (see [`claim_due`]).
-pub(in crate::storage) fn claim_statement(
-    callers_now: Option<DateTime<Utc>>,
-    after: Option<&DuePosition>,
-    limit: usize,
-    fence: Option<DateTime<Utc>>,
-    claimant: &Claimant,
-) -> Statement {
+pub(in crate::storage) fn claim_statement(claim: ClaimDue<'_>) -> Statement {
+    let ClaimDue {
+        now,
+        after,
+        limit,
+        fence,
+        claimant,
+    } = claim;
+    let callers_now = super::callers_now(now);
     let lease_ms = i64::try_from(claimant.lease.as_millis()).unwrap_or(i64::MAX);
     let limit_value = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut values: Vec<Value> = vec![

@@ -16,9 +16,9 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, SimpleExpr};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 
-use super::backend::{Backend, Now};
-use super::{Claimant, DueBatch, NameHold, Store, StoreError};
-use crate::domain::{DuePosition, DueTimer};
+use super::backend::{Backend, ClaimDue, ClaimShares, Now};
+use super::{DueBatch, NameHold, Store, StoreError};
+use crate::domain::DueTimer;
 
 /// An instant of the server's clock (SQL) as the service's fixed-width text
 /// (`YYYY-MM-DDTHH:MM:SS.sssZ`), so it compares with the stored instants. `MS` truncates to the
@@ -93,16 +93,8 @@ impl Backend for Postgres {
         Ok(())
     }
 
-    async fn claim_due(
-        &self,
-        store: &Store,
-        now: Now,
-        after: Option<&DuePosition>,
-        limit: usize,
-        fence: Option<DateTime<Utc>>,
-        claimant: &Claimant,
-    ) -> Result<DueBatch, StoreError> {
-        firing::claim_due(store, callers_now(now), after, limit, fence, claimant).await
+    async fn claim_due(&self, store: &Store, claim: ClaimDue<'_>) -> Result<DueBatch, StoreError> {
+        firing::claim_due(store, claim).await
     }
 
     async fn mark_reached(
@@ -125,13 +117,9 @@ impl Backend for Postgres {
     async fn claim_shares(
         &self,
         store: &Store,
-        now: Now,
-        tenants: &[String],
-        share: usize,
-        fence: DateTime<Utc>,
-        claimant: &Claimant,
+        claim: ClaimShares<'_>,
     ) -> Result<DueBatch, StoreError> {
-        fair::claim(store, callers_now(now), tenants, share, fence, claimant).await
+        fair::claim(store, claim).await
     }
 
     /// The server's clock: daemons sharing the table may disagree on the time.

@@ -7,9 +7,10 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 
 use crate::domain::timestamp::format_utc;
+use crate::storage::backend::ClaimShares;
 use crate::storage::fair::TENANTS_PER_WALK;
 use crate::storage::rows::due_timer;
-use crate::storage::{Claimant, DueBatch, Store, StoreError};
+use crate::storage::{DueBatch, Store, StoreError};
 
 /// The walk over the tenants holding rows, after `?1` (`''` for all), at most `?3` of them (a
 /// limit in the recursion is where SQLite stops it), each with whether a timer of theirs is due
@@ -66,14 +67,15 @@ fn walked(rows: Vec<QueryResult>) -> Result<Vec<(String, bool)>, StoreError> {
 }
 
 /// See `Backend::claim_shares`: one statement, a share per tenant.
-pub(super) async fn claim(
-    store: &Store,
-    now: DateTime<Utc>,
-    serve: &[String],
-    share: usize,
-    fence: DateTime<Utc>,
-    claimant: &Claimant,
-) -> Result<DueBatch, StoreError> {
+pub(super) async fn claim(store: &Store, claim: ClaimShares<'_>) -> Result<DueBatch, StoreError> {
+    let ClaimShares {
+        now,
+        tenants: serve,
+        share,
+        fence,
+        claimant,
+    } = claim;
+    let now = now.at;
     let now_text = format_utc(now);
     let until = now + chrono::Duration::from_std(claimant.lease).unwrap_or_default();
     let shares = vec![SHARE; serve.len()].join(" UNION ALL ");

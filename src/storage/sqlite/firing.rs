@@ -19,21 +19,23 @@ use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
 use crate::domain::timestamp::format_utc;
-use crate::domain::{DuePosition, DueTimer, TimerState};
+use crate::domain::{DueTimer, TimerState};
+use crate::storage::backend::ClaimDue;
 use crate::storage::entity::{Column, Entity};
 use crate::storage::firing::due_query_fenced;
 use crate::storage::rows::{due_from_model, parse_optional_time};
-use crate::storage::{Claimant, DueBatch, PENDING, ROWS_PER_STATEMENT, Store, StoreError};
+use crate::storage::{DueBatch, PENDING, ROWS_PER_STATEMENT, Store, StoreError};
 
 /// See `Backend::claim_due`: by the caller's `now`.
-pub(super) async fn claim_due(
-    store: &Store,
-    now: DateTime<Utc>,
-    after: Option<&DuePosition>,
-    limit: usize,
-    fence: Option<DateTime<Utc>>,
-    claimant: &Claimant,
-) -> Result<DueBatch, StoreError> {
+pub(super) async fn claim_due(store: &Store, claim: ClaimDue<'_>) -> Result<DueBatch, StoreError> {
+    let ClaimDue {
+        now,
+        after,
+        limit,
+        fence,
+        claimant,
+    } = claim;
+    let now = now.at;
     let until = now + chrono::Duration::from_std(claimant.lease).unwrap_or_default();
     let picked = due_query_fenced(now, after, &claimant.name, fence, limit);
     let claim = Entity::update_many()

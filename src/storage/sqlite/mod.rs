@@ -18,11 +18,11 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, OnConflict, SimpleExpr};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait};
 
-use super::backend::{Backend, Now};
+use super::backend::{Backend, ClaimDue, ClaimShares, Now};
 use super::db::{FileIdentity, SqliteSettings, Synchronous, checkpoint, free_bytes};
-use super::{Claimant, DueBatch, MIN_FREE_BYTES, NameHold, Store, StoreError, daemons};
+use super::{DueBatch, MIN_FREE_BYTES, NameHold, Store, StoreError, daemons};
+use crate::domain::DueTimer;
 use crate::domain::timestamp::format_utc;
-use crate::domain::{DuePosition, DueTimer};
 
 mod fair;
 mod firing;
@@ -161,16 +161,8 @@ impl Backend for Sqlite {
         Ok(())
     }
 
-    async fn claim_due(
-        &self,
-        store: &Store,
-        now: Now,
-        after: Option<&DuePosition>,
-        limit: usize,
-        fence: Option<DateTime<Utc>>,
-        claimant: &Claimant,
-    ) -> Result<DueBatch, StoreError> {
-        firing::claim_due(store, now.at, after, limit, fence, claimant).await
+    async fn claim_due(&self, store: &Store, claim: ClaimDue<'_>) -> Result<DueBatch, StoreError> {
+        firing::claim_due(store, claim).await
     }
 
     async fn mark_reached(
@@ -193,13 +185,9 @@ impl Backend for Sqlite {
     async fn claim_shares(
         &self,
         store: &Store,
-        now: Now,
-        tenants: &[String],
-        share: usize,
-        fence: DateTime<Utc>,
-        claimant: &Claimant,
+        claim: ClaimShares<'_>,
     ) -> Result<DueBatch, StoreError> {
-        fair::claim(store, now.at, tenants, share, fence, claimant).await
+        fair::claim(store, claim).await
     }
 
     fn clock_now(&self, now: DateTime<Utc>) -> SimpleExpr {
