@@ -1,12 +1,14 @@
 //! The Canceller on its own, with a real Persistence and a command publisher that says when
 //! the commands before a `CancelTimers` are handled: a job whose earlier commands are still
 //! pending (held by another daemon, a broker path gone silent) holds no other tenant's job
-//! back, and still waits for them before it cancels anything. (The command's whole path, from
-//! the stream to the count, is shown against real NATS in `cancel_many.rs`.)
+//! back, and still waits for them before it cancels anything; a flood of such jobs looks at
+//! the broker a bounded number at a time; a step that fails (the database gone for a moment)
+//! is tried again until the job is done. (The command's whole path, from the stream to the
+//! count, is shown against real NATS in `cancel_many.rs`.)
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use bytes::Bytes;
 use chrono::Utc;
 use common::eventually;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use timer_service::actors::canceller::{Cancelled, CancellerArgs, Job};
+use timer_service::actors::canceller::{Cancelled, CancellerArgs, Job, WAITS_AT_ONCE};
 use timer_service::actors::persistence::{Class, PersistenceArgs, PersistenceMsg};
 use timer_service::actors::{Canceller, NamedActor, Persistence, Registry};
 use timer_service::domain::{CancelFilter, CancelMany, StreamIncarnation, TimerState};
@@ -24,10 +26,13 @@ use timer_service::storage::StoreError;
 use timer_service::storage::db::migrate;
 use tokio::sync::oneshot;
 
-/// Says every command before a `CancelTimers` is handled, except before those it holds back.
+/// Says every command before a `CancelTimers` is handled, except before those it holds back
+/// (or all, while `hold_all`); counts the looks at each.
 #[derive(Default)]
 struct Pending {
     held: Mutex<HashSet<u64>>,
+    hold_all: Mutex<bool>,
+    looks: Mutex<HashMap<u64, usize>>,
 }
 
 #[async_trait]
@@ -41,7 +46,8 @@ impl CommandPublisher for Pending {
     }
 
     async fn handled_through(&self, seq: u64) -> Result<u64, BusError> {
-        let held = self.held.lock().unwrap().contains(&seq);
+        *self.looks.lock().unwrap().entry(seq).or_default() += 1;
+        let held = *self.hold_all.lock().unwrap() || self.held.lock().unwrap().contains(&seq);
         Ok(if held { 0 } else { seq - 1 })
     }
 }
@@ -89,6 +95,49 @@ async fn a_cancel_waiting_for_earlier_commands_holds_no_other_tenants_cancel_bac
     })
     .await;
     assert_eq!(count, Ok(3));
+    canceller.stop(None);
+    persistence_actor.stop(None);
+}
+
+/// A flood of cancels whose earlier commands are all pending: only `WAITS_AT_ONCE` of them look
+/// at the broker at once, the rest queue, and all are done once the commands are handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_waiting_cancels_looks_at_the_broker_a_bounded_number_at_a_time() {
+    let scratch = common::Scratch::new();
+    let registry = Registry::new("canceller-flood-test");
+    let persistence_actor = start_persistence(&scratch, &registry, true).await;
+    let publisher = Arc::new(Pending::default());
+    *publisher.hold_all.lock().unwrap() = true;
+    let canceller = start_canceller(&registry, publisher.clone()).await;
+    let jobs = WAITS_AT_ONCE + 8;
+    let answers: Vec<_> = (0..jobs as u64)
+        .map(|n| run(&registry, &format!("t{n}"), 100 + n))
+        .collect();
+
+    // Every wait under way has looked several times: any other would have begun meanwhile.
+    eventually(
+        Duration::from_secs(10),
+        "the waits to look again",
+        || async {
+            let looks = publisher.looks.lock().unwrap();
+            (looks.len() >= WAITS_AT_ONCE && looks.values().all(|&n| n >= 3)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        publisher.looks.lock().unwrap().len(),
+        WAITS_AT_ONCE,
+        "jobs waiting at once"
+    );
+
+    *publisher.hold_all.lock().unwrap() = false;
+    for answer in answers {
+        let count = tokio::time::timeout(Duration::from_secs(30), answer)
+            .await
+            .expect("every cancel answered")
+            .unwrap();
+        assert_eq!(count, Ok(0));
+    }
     canceller.stop(None);
     persistence_actor.stop(None);
 }

@@ -13,7 +13,9 @@
 //! gathered before handing a job over, but another daemon may hold an earlier command of the
 //! same line (a schedule this cancel must find). Each job waits on its own and joins the turns
 //! when its wait ends: a wait that takes its whole bound (a broker path gone silent) holds no
-//! other job's steps, and the jobs queued meanwhile do not each wait behind it.
+//! other job's steps, and the jobs queued meanwhile do not each wait behind it. At most
+//! [`WAITS_AT_ONCE`] wait at once (each look is a few requests to the broker): a flood of
+//! cancels queues for them.
 //!
 //! A job comes from the CommandHandler with the command's delivery, acknowledged once the last
 //! step committed (held until then, the broker sees it in progress), or from the API with a
@@ -47,6 +49,11 @@ pub const STEP: usize = 500;
 /// before it is then stored first, and cancelled. Past this (a backlog, storage failing) the
 /// steps begin anyway.
 pub const EARLIER_COMMANDS_WAIT: Duration = Duration::from_secs(10);
+
+/// Jobs that wait for their earlier commands at once, at most; the others queue for a turn.
+/// A wait that ends at once (the usual case) costs three requests to the broker, one that runs
+/// its bound a look every 100 ms.
+pub const WAITS_AT_ONCE: usize = 16;
 
 #[derive(Default)]
 pub struct Canceller;
@@ -113,6 +120,10 @@ pub struct CancellerState {
     jobs: BTreeMap<JobKey, Running>,
     /// Whose step is next: jobs take turns, a step each.
     turns: VecDeque<JobKey>,
+    /// Jobs yet to wait for their earlier commands (with their place in the stream), and how
+    /// many wait now.
+    to_wait: VecDeque<(JobKey, u64)>,
+    waiting_jobs: usize,
     /// The job whose step is at Persistence, if any: one at a time.
     stepping: Option<JobKey>,
     failures: Retries,
@@ -135,6 +146,8 @@ impl Actor for Canceller {
             publisher: args.publisher,
             jobs: BTreeMap::new(),
             turns: VecDeque::new(),
+            to_wait: VecDeque::new(),
+            waiting_jobs: 0,
             stepping: None,
             failures: Retries::default(),
             waiting: false,
@@ -149,7 +162,7 @@ impl Actor for Canceller {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             CancellerMsg::Run(job) => state.take(job, &myself),
-            CancellerMsg::Ready(key) => state.ready(key),
+            CancellerMsg::Ready(key) => state.ready(key, &myself),
             CancellerMsg::Stepped(key, outcome) => {
                 state.stepping = None;
                 match outcome {
@@ -187,11 +200,33 @@ impl CancellerState {
     /// for the commands before it, on its own.
     fn take(&mut self, job: Job, myself: &ActorRef<CancellerMsg>) {
         let key = (job.cancel.tenant_id.clone(), job.cancel.seq);
+        let to_wait = &mut self.to_wait;
         let running = self.jobs.entry(key.clone()).or_insert_with(|| {
             tracing::info!(actor = Canceller::NAME, tenant_id = %job.cancel.tenant_id,
                 sequence = job.cancel.seq, filter = ?job.cancel.filter, "CancelTimers begins");
-            let (publisher, myself, key) = (self.publisher.clone(), myself.clone(), key.clone());
-            let stream_seq = job.stream_seq;
+            to_wait.push_back((key.clone(), job.stream_seq));
+            Running {
+                cancel: job.cancel.clone(),
+                deliveries: Vec::new(),
+                replies: Vec::new(),
+                steps: 0,
+                cancelled: 0,
+            }
+        });
+        running.deliveries.extend(job.delivery);
+        running.replies.extend(job.reply);
+        self.start_waits(myself);
+    }
+
+    /// Starts the waits of the jobs queued for one, as long as fewer than [`WAITS_AT_ONCE`]
+    /// wait.
+    fn start_waits(&mut self, myself: &ActorRef<CancellerMsg>) {
+        while self.waiting_jobs < WAITS_AT_ONCE {
+            let Some((key, stream_seq)) = self.to_wait.pop_front() else {
+                return;
+            };
+            self.waiting_jobs += 1;
+            let (publisher, myself) = (self.publisher.clone(), myself.clone());
             tokio::spawn(async move {
                 if !publisher
                     .await_handled_before(stream_seq, EARLIER_COMMANDS_WAIT)
@@ -203,23 +238,16 @@ impl CancellerState {
                 }
                 let _ = myself.cast(CancellerMsg::Ready(key));
             });
-            Running {
-                cancel: job.cancel.clone(),
-                deliveries: Vec::new(),
-                replies: Vec::new(),
-                steps: 0,
-                cancelled: 0,
-            }
-        });
-        running.deliveries.extend(job.delivery);
-        running.replies.extend(job.reply);
+        }
     }
 
-    /// A job's wait is over: it takes its turns.
-    fn ready(&mut self, key: JobKey) {
+    /// A job's wait is over: it takes its turns, and the next queued job waits.
+    fn ready(&mut self, key: JobKey, myself: &ActorRef<CancellerMsg>) {
+        self.waiting_jobs = self.waiting_jobs.saturating_sub(1);
         if self.jobs.contains_key(&key) {
             self.turns.push_back(key);
         }
+        self.start_waits(myself);
     }
 
     /// Notes a step; the job's last one settles it, another puts it at the end of the turns.

@@ -12,7 +12,7 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "timer-service".into())
 }
 
-/// Where the daemon's name comes from (see [`Config::daemon_name`]).
+/// Where the daemon's name comes from (see [`crate::Config::daemon_name`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DaemonName {
     Configured(String),

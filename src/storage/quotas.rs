@@ -1,5 +1,5 @@
 //! Quotas inside the transaction that stores the commands (docs/CONTRACT.md §9), so that every
-//! daemon on the database decides against the same state: [`admit`] locks the `tenant_quotas`
+//! daemon on the database decides against the same state: `admit` locks the `tenant_quotas`
 //! row of each limited tenant of the batch (in tenant order, so two transactions cannot
 //! deadlock), counts pending timers where the stored bound does not settle the pending limit,
 //! reads the keys of tenants whose rate window may fill (to find the commands their keys have
@@ -225,7 +225,7 @@ pub(super) async fn pending_of(
 }
 
 /// Pending timers of each tenant in `asked` and the stored state of the keys asked about, read
-/// on `db` (a transaction, for [`admit`]).
+/// on `db` (a transaction, for `admit`).
 async fn pending_in(
     db: &impl ConnectionTrait,
     asked: &[(String, Vec<String>)],

@@ -47,7 +47,7 @@ impl Exporter {
         &self.endpoint
     }
 
-    /// Sends the spans still queued and stops the exporter, waiting [`SHUTDOWN_WAIT`] at most
+    /// Sends the spans still queued and stops the exporter, waiting `SHUTDOWN_WAIT` at most
     /// (a collector that does not answer must not hold up a stop).
     pub fn shutdown(self) {
         if let Err(e) = self.provider.shutdown_with_timeout(SHUTDOWN_WAIT) {
