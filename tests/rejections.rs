@@ -194,8 +194,10 @@ async fn every_kind_of_bad_input_is_rejected_and_valid_commands_still_fire() {
         .await_due("acme", "good", Duration::from_secs(10))
         .await;
     assert!(event.stored_at >= due_at - chrono::Duration::milliseconds(1));
+    // Not held behind them: a restarted actor or a stalled batch would hold it seconds. (On a
+    // machine busy with the rest of the suite it came 1 s late once: 2 s leaves that room.)
     assert!(
-        event.stored_at - due_at < chrono::Duration::milliseconds(1000),
+        event.stored_at - due_at < chrono::Duration::milliseconds(2000),
         "valid command delayed"
     );
 
