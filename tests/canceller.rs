@@ -18,12 +18,11 @@ use chrono::Utc;
 use common::eventually;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use timer_service::actors::canceller::{Cancelled, CancellerArgs, Job, WAITS_AT_ONCE};
-use timer_service::actors::persistence::{Class, PersistenceArgs, PersistenceMsg};
+use timer_service::actors::persistence::{Class, PersistenceMsg};
 use timer_service::actors::{Canceller, NamedActor, Persistence, Registry};
 use timer_service::domain::{CancelFilter, CancelMany, StreamIncarnation, TimerState};
 use timer_service::ports::{BusError, CommandPublisher, PublishError};
 use timer_service::storage::StoreError;
-use timer_service::storage::db::migrate;
 use tokio::sync::oneshot;
 
 /// Says every command before a `CancelTimers` is handled, except before those it holds back
@@ -56,7 +55,7 @@ impl CommandPublisher for Pending {
 async fn a_cancel_waiting_for_earlier_commands_holds_no_other_tenants_cancel_back() {
     let scratch = common::Scratch::new();
     let registry = Registry::new("canceller-test");
-    let persistence_actor = start_persistence(&scratch, &registry, true).await;
+    let persistence_actor = common::persistence::start(&scratch, &registry, true).await;
     schedule_three(&registry, &[("slow", 1), ("quick", 2)]).await;
 
     let publisher = Arc::new(Pending::default());
@@ -105,7 +104,7 @@ async fn a_cancel_waiting_for_earlier_commands_holds_no_other_tenants_cancel_bac
 async fn a_flood_of_waiting_cancels_looks_at_the_broker_a_bounded_number_at_a_time() {
     let scratch = common::Scratch::new();
     let registry = Registry::new("canceller-flood-test");
-    let persistence_actor = start_persistence(&scratch, &registry, true).await;
+    let persistence_actor = common::persistence::start(&scratch, &registry, true).await;
     let publisher = Arc::new(Pending::default());
     *publisher.hold_all.lock().unwrap() = true;
     let canceller = start_canceller(&registry, publisher.clone()).await;
@@ -182,7 +181,7 @@ impl Actor for FailsOneStep {
 async fn a_failed_step_is_tried_again_until_the_cancel_is_done() {
     let scratch = common::Scratch::new();
     let registry = Registry::new("canceller-retry-test");
-    let real = start_persistence(&scratch, &registry, false).await;
+    let real = common::persistence::start(&scratch, &registry, false).await;
     let (stand_in, _) = Actor::spawn(
         Some(registry.name(Persistence::NAME)),
         FailsOneStep { real: real.clone() },
@@ -201,31 +200,6 @@ async fn a_failed_step_is_tried_again_until_the_cancel_is_done() {
     canceller.stop(None);
     stand_in.stop(None);
     real.stop(None);
-}
-
-/// The real Persistence, registered as the registry's when `named` (else a stand-in is).
-async fn start_persistence(
-    scratch: &common::Scratch,
-    registry: &Registry,
-    named: bool,
-) -> ActorRef<PersistenceMsg> {
-    migrate(&scratch.database()).await.unwrap();
-    let (persistence, _) = Actor::spawn(
-        named.then(|| registry.name(Persistence::NAME)),
-        Persistence,
-        PersistenceArgs {
-            database: scratch.database(),
-            health: Default::default(),
-            claimant: common::claimant(),
-            postgres: Default::default(),
-            read_connections: 1,
-            read_timeout: Duration::from_secs(1),
-            stop: registry.stop().clone(),
-        },
-    )
-    .await
-    .unwrap();
-    persistence
 }
 
 /// Three pending timers of each tenant, their commands at `10 * seq` and after.

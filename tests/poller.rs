@@ -15,12 +15,10 @@ use common::doubles::{InMemoryEventBus, ManualClock};
 use common::eventually;
 use ractor::{Actor, ActorRef};
 use timer_service::actors::Registry;
-use timer_service::actors::persistence::{PersistenceArgs, PersistenceClient, PersistenceMsg};
+use timer_service::actors::persistence::PersistenceClient;
 use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg, hold_limit};
-use timer_service::actors::{NamedActor, Persistence};
 use timer_service::domain::{Subjects, TimerState};
 use timer_service::ports::{BusError, Clock, EventBus, OutgoingEvent, Published, SystemClock};
-use timer_service::storage::db::migrate;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
@@ -29,7 +27,7 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
     }
     let scratch = common::Scratch::new();
     let registry = Registry::new("poller-test");
-    let persistence_ref = start_persistence(&scratch, &registry).await;
+    let persistence_ref = common::persistence::start(&scratch, &registry, true).await;
     let t0 = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
     let clock = Arc::new(ManualClock::new(t0));
     let bus = Arc::new(InMemoryEventBus::new());
@@ -90,7 +88,7 @@ async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_s
     }
     let scratch = common::Scratch::new();
     let registry = Registry::new("poller-recheck-test");
-    let persistence_ref = start_persistence(&scratch, &registry).await;
+    let persistence_ref = common::persistence::start(&scratch, &registry, true).await;
     let t0 = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
     let clock = Arc::new(ManualClock::new(t0));
     let bus = Arc::new(GatedBus::default());
@@ -154,7 +152,7 @@ async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_s
 async fn a_wake_up_that_comes_while_the_hold_limit_is_reached_is_served_once_batches_settle() {
     let scratch = common::Scratch::new();
     let registry = Registry::new("poller-hold-limit-test");
-    let persistence_ref = start_persistence(&scratch, &registry).await;
+    let persistence_ref = common::persistence::start(&scratch, &registry, true).await;
     let persistence = registry.persistence();
     let now = Utc::now();
     // Just short of two full claims: the second one is not full, so the Poller plans its wake-up
@@ -265,29 +263,6 @@ async fn wait_reached(persistence: &PersistenceClient, id: &str) {
         },
     )
     .await;
-}
-
-async fn start_persistence(
-    scratch: &common::Scratch,
-    registry: &Registry,
-) -> ActorRef<PersistenceMsg> {
-    migrate(&scratch.database()).await.unwrap();
-    let (persistence, _) = Actor::spawn(
-        Some(registry.name(Persistence::NAME)),
-        Persistence,
-        PersistenceArgs {
-            database: scratch.database(),
-            health: Default::default(),
-            claimant: common::claimant(),
-            postgres: Default::default(),
-            read_connections: 1,
-            read_timeout: Duration::from_secs(1),
-            stop: registry.stop().clone(),
-        },
-    )
-    .await
-    .unwrap();
-    persistence
 }
 
 /// A Poller whose safety-net tick (an hour) never comes during a test.

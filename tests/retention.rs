@@ -14,7 +14,7 @@ use common::{
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use timer_service::Daemon;
 use timer_service::actors::janitor::{Janitor, JanitorArgs};
-use timer_service::actors::persistence::{Class, PersistenceArgs, PersistenceMsg};
+use timer_service::actors::persistence::{Class, PersistenceMsg};
 use timer_service::actors::steps::PAUSE;
 use timer_service::actors::{NamedActor, Persistence, Registry};
 use timer_service::ports::SystemClock;
@@ -228,21 +228,7 @@ async fn a_sweep_under_way_keeps_its_pace_of_one_step_per_pause() {
     store.close().await.unwrap();
 
     let registry = Registry::new("janitor-pace-test");
-    let (real, _) = Actor::spawn(
-        None,
-        Persistence,
-        PersistenceArgs {
-            database: database.clone(),
-            health: Default::default(),
-            claimant: claimant(),
-            postgres: Default::default(),
-            read_connections: 1,
-            read_timeout: Duration::from_secs(5),
-            stop: registry.stop().clone(),
-        },
-    )
-    .await
-    .unwrap();
+    let real = common::persistence::start(&scratch, &registry, false).await;
     let steps = Arc::new(AtomicUsize::new(0));
     let (persistence, _) = Actor::spawn(
         Some(registry.name(Persistence::NAME)),

@@ -128,7 +128,7 @@ pub struct CancellerState {
     stepping: Option<JobKey>,
     failures: Retries,
     /// A pause after a step, or a backoff after a failed one, holds the next step.
-    waiting: bool,
+    paused: bool,
 }
 
 impl Actor for Canceller {
@@ -150,7 +150,7 @@ impl Actor for Canceller {
             waiting_jobs: 0,
             stepping: None,
             failures: Retries::default(),
-            waiting: false,
+            paused: false,
         })
     }
 
@@ -173,7 +173,7 @@ impl Actor for Canceller {
                         if !last {
                             // The writer's turn for everything else (on SQLite, the claims of
                             // due timers wait for a step that is running).
-                            state.waiting = true;
+                            state.paused = true;
                             myself.send_after(PAUSE, || CancellerMsg::Resume);
                         }
                     }
@@ -183,12 +183,12 @@ impl Actor for Canceller {
                             error = %e, retry_in_ms = delay.as_millis() as u64,
                             "a step of a CancelTimers failed; it is tried again");
                         state.turns.push_front(key);
-                        state.waiting = true;
+                        state.paused = true;
                         myself.send_after(delay, || CancellerMsg::Resume);
                     }
                 }
             }
-            CancellerMsg::Resume => state.waiting = false,
+            CancellerMsg::Resume => state.paused = false,
         }
         state.next_step(&myself);
         Ok(())
@@ -283,7 +283,7 @@ impl CancellerState {
 
     /// Starts the next step, when none is at Persistence and no backoff holds.
     fn next_step(&mut self, myself: &ActorRef<CancellerMsg>) {
-        if self.stepping.is_some() || self.waiting {
+        if self.stepping.is_some() || self.paused {
             return;
         }
         let Some(key) = self.turns.pop_front() else {
@@ -295,26 +295,24 @@ impl CancellerState {
         let cancel = running.cancel.clone();
         let persistence = self.registry.persistence();
         let myself = myself.clone();
-        let rows = STEP;
         self.stepping = Some(key.clone());
         tokio::spawn(async move {
-            let outcome = step(&persistence, cancel, rows).await;
+            let outcome = step(&persistence, cancel).await;
             let _ = myself.cast(CancellerMsg::Stepped(key, outcome));
         });
     }
 }
 
-/// One step of `cancel`, of at most `rows`; after the last, the count of what the command
-/// cancelled.
+/// One step of `cancel`, of at most [`STEP`] timers; after the last, the count of what the
+/// command cancelled.
 async fn step(
     persistence: &super::PersistenceClient,
     cancel: CancelMany,
-    rows: usize,
 ) -> Result<StepOutcome, CallError> {
     let (tenant_id, seq) = (cancel.tenant_id.clone(), cancel.seq);
-    let (step, took) = persistence.cancel_step(cancel, rows).await?;
+    let (step, took) = persistence.cancel_step(cancel, STEP).await?;
     let cancelled = step.cancelled;
-    let done = if step.picked < rows {
+    let done = if step.picked < STEP {
         Some(persistence.count_cancelled_by(&tenant_id, seq).await?)
     } else {
         None

@@ -10,6 +10,7 @@ pub mod nats_cluster;
 mod nats_server;
 pub mod net_proxy;
 pub mod operator;
+pub mod persistence;
 pub mod pki;
 pub mod postgres_cluster;
 pub mod previous_release;
