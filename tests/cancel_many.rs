@@ -219,8 +219,13 @@ async fn cancelled(database: &DatabaseTarget) -> i64 {
 /// Every timer of the cut cancel ends cancelled, and its command is acknowledged (the stream
 /// empties).
 async fn assert_finished(client: &TestClient, database: &DatabaseTarget) {
+    assert_finished_with(client, database, CUT_TOTAL).await;
+}
+
+/// Every timer ends cancelled (`total` of them), and the commands are acknowledged.
+async fn assert_finished_with(client: &TestClient, database: &DatabaseTarget, total: i64) {
     eventually(Duration::from_secs(60), "the cancel to finish", || async {
-        (cancelled(database).await == CUT_TOTAL).then_some(())
+        (cancelled(database).await == total).then_some(())
     })
     .await;
     eventually(
@@ -276,6 +281,76 @@ async fn a_broker_restart_while_a_cancel_many_runs_loses_and_strands_nothing() {
     let client = TestClient::connect(&server).await;
     assert_finished(&client, &database).await;
     eprintln!("broker restarted at {at_restart} of {CUT_TOTAL} cancelled");
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait_exit(Duration::from_secs(25)).await.success());
+}
+
+/// A `CancelTimers` under way (held unacknowledged until its last step) does not hold a later
+/// one of the same tenant: the later one waits only for its tenant's schedules and cancels
+/// before it, and takes turns with the earlier one's steps. Before, it waited for the earlier
+/// one to be acknowledged, up to its 10 s bound, so a flow of cancels crawled one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_many_is_not_held_behind_an_earlier_one_under_way() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let database = scratch.database();
+    let daemon = DaemonProcess::start(&server, &scratch);
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    begin_a_long_cancel(&client, &database).await;
+    let later: Vec<String> = (0..4).map(|i| format!("later-{i}")).collect();
+    for id in &later {
+        let command = common::schedule_command(
+            "acme",
+            id,
+            &common::rfc3339(Utc::now() + chrono::Duration::hours(1)),
+            Some("later"),
+        );
+        client
+            .publish_raw(
+                "timer.cmd.schedule.acme",
+                serde_json::to_vec(&command).unwrap(),
+            )
+            .await;
+    }
+    client
+        .publish_raw(
+            "timer.cmd.cancel-many.acme",
+            serde_json::to_vec(&common::cancel_timers_command(
+                "acme",
+                json!({ "correlationId": "later" }),
+            ))
+            .unwrap(),
+        )
+        .await;
+    // Within the bound of a wait for earlier commands: one that waited it out is what broke.
+    let pending_then = eventually(
+        Duration::from_secs(9),
+        "the later cancel's timers cancelled",
+        || async {
+            let later = common::query_rows(
+                &database,
+                "SELECT COUNT(*) FROM timer_schedules \
+                 WHERE correlation_id = 'later' AND state = 'Cancelled'",
+                |row| row.try_get_by_index::<i64>(0).expect("count"),
+            )
+            .await;
+            if later[0] < 4 {
+                return None;
+            }
+            common::rows_by_state(&database)
+                .await
+                .get("Scheduled")
+                .copied()
+        },
+    )
+    .await;
+    assert!(
+        pending_then > 0,
+        "the earlier cancel was over before the later one was done"
+    );
+    assert_finished_with(&client, &database, CUT_TOTAL + 4).await;
+    eprintln!("the later cancel was done with {pending_then} of the earlier one's still pending");
     daemon.signal(libc::SIGTERM);
     assert!(daemon.wait_exit(Duration::from_secs(25)).await.success());
 }

@@ -65,19 +65,22 @@ impl CommandPublisher for JetStreamCommandPublisher {
 
     /// The ack floor of the consumer that reads command `seq` (the first one, or its line's:
     /// every command of its key is on that line). A command gone from the stream, or a
-    /// consumer with nothing pending or unacknowledged, is handled through `seq`; so is a line
-    /// none of whose commands lie between its ack floor and `seq` (the commands of other lines
-    /// there are not its to wait for).
+    /// consumer with nothing pending or unacknowledged, is handled through `seq`; so is a
+    /// command none of whose tenant's `ScheduleTimer`s and `CancelTimer`s lie between the ack
+    /// floor and `seq` (the work queue keeps only what is not acknowledged): other tenants'
+    /// commands are not its to wait for, and an earlier `CancelTimers` under way (held
+    /// unacknowledged until its last step, minutes for a million) keeps its place by the
+    /// rows' order, not by holding every command after it.
     async fn handled_through(&self, seq: u64) -> Result<u64, BusError> {
         let stream = self
             .js
             .get_stream_no_info(&self.names.command_stream)
             .await
             .map_err(|e| BusError(format!("command stream unavailable: {e}")))?;
-        let (consumer, line) = match stream.get_raw_message(seq).await {
+        let (consumer, awaited) = match stream.get_raw_message(seq).await {
             Ok(message) => (
                 self.lines.consumer_of(&message.subject),
-                self.lines.line_filter_of(&message.subject),
+                self.lines.awaited_before(&message.subject),
             ),
             Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => return Ok(seq),
             Err(e) => return Err(BusError(format!("command {seq} unreadable: {e}"))),
@@ -92,17 +95,22 @@ impl CommandPublisher for JetStreamCommandPublisher {
             return Ok(seq);
         }
         let floor = info.ack_floor.stream_sequence;
-        if let Some(filter) = line.filter(|_| floor + 1 < seq) {
-            // The line's first command after its floor: `seq` itself when nothing of the line
-            // before it is left unhandled.
-            let next = stream
-                .get_first_raw_message_by_subject(&filter, floor + 1)
+        let Some(subjects) = awaited.filter(|_| floor + 1 < seq) else {
+            return Ok(floor);
+        };
+        for subject in subjects {
+            // The tenant's first such command not acknowledged: `seq` or later when none of
+            // them lies before it.
+            match stream
+                .get_first_raw_message_by_subject(&subject, floor + 1)
                 .await
-                .map_err(|e| BusError(format!("line {filter} unreadable: {e}")))?;
-            if next.sequence >= seq {
-                return Ok(seq - 1);
+            {
+                Ok(next) if next.sequence < seq => return Ok(next.sequence - 1),
+                Ok(_) => {}
+                Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => {}
+                Err(e) => return Err(BusError(format!("{subject} unreadable: {e}"))),
             }
         }
-        Ok(floor)
+        Ok(seq - 1)
     }
 }

@@ -12,6 +12,7 @@
 use async_nats::jetstream::stream::SubjectTransform;
 
 use super::streams::BrokerNames;
+use crate::domain::subjects::CommandKind;
 
 /// Most lines a deployment may have: each is a consumer and an open pull request.
 pub const MAX_COMMAND_PARTITIONS: u16 = 256;
@@ -129,11 +130,20 @@ impl Lines {
         }
     }
 
-    /// The filter of the line that stores `stored`, when it is a line's subject.
-    pub fn line_filter_of(&self, stored: &str) -> Option<String> {
-        self.split(stored).map(|(line, _)| self.filter(line))
+    /// The subjects, on the line that stores `stored`, of the commands that must be handled
+    /// before it: its tenant's `ScheduleTimer`s and `CancelTimer`s (each key's commands are
+    /// its tenant's). Not a `CancelTimers`: one under way keeps its place by the rows' order,
+    /// not by holding the commands after it (docs/CONTRACT.md §3). `None` for a subject that
+    /// is not a line's.
+    pub fn awaited_before(&self, stored: &str) -> Option<[String; 2]> {
+        let (line, published) = self.split(stored)?;
+        let (_, tenant) = published.rsplit_once('.')?;
+        let p = &self.prefix;
+        Some(
+            [CommandKind::Schedule, CommandKind::Cancel]
+                .map(|kind| format!("{p}.{}.{tenant}.{line}", kind.token())),
+        )
     }
-
     /// The subject a client published a stored command on: the line token taken out, so the
     /// domain reads `<prefix>.<action>.<tenant>` whichever line carried it.
     pub fn client_subject(&self, stored: &str) -> String {
@@ -177,6 +187,14 @@ mod tests {
         );
         assert_eq!(l.consumer_of("timer.cmd.cancel.acme.3"), "timer-service-p3");
         assert_eq!(l.consumer_of("timer.cmd.cancel.acme"), "timer-service");
+        assert_eq!(
+            l.awaited_before("timer.cmd.cancel-many.acme.3"),
+            Some([
+                "timer.cmd.schedule.acme.3".to_owned(),
+                "timer.cmd.cancel.acme.3".to_owned()
+            ])
+        );
+        assert_eq!(l.awaited_before("timer.cmd.cancel-many.acme"), None);
         for untouched in [
             "timer.cmd.schedule.acme",
             "timer.cmd.schedule.acme.x",
