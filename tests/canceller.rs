@@ -2,7 +2,8 @@
 //! the commands before a `CancelTimers` are handled: a job whose earlier commands are still
 //! pending (held by another daemon, a broker path gone silent) holds no other tenant's job
 //! back, and still waits for them before it cancels anything; a flood of such jobs looks at
-//! the broker a bounded number at a time; a step that fails (the database gone for a moment)
+//! the broker a bounded number at a time; one whose earlier commands never come begins when
+//! its wait runs out; a step that fails (the database gone for a moment)
 //! is tried again until the job is done. (The command's whole path, from the stream to the
 //! count, is shown against real NATS in `cancel_many.rs`.)
 
@@ -17,7 +18,9 @@ use bytes::Bytes;
 use chrono::Utc;
 use common::eventually;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use timer_service::actors::canceller::{Cancelled, CancellerArgs, Job, WAITS_AT_ONCE};
+use timer_service::actors::canceller::{
+    Cancelled, CancellerArgs, EARLIER_COMMANDS_WAIT, Job, WAITS_AT_ONCE,
+};
 use timer_service::actors::persistence::{Class, PersistenceMsg};
 use timer_service::actors::{Canceller, NamedActor, Persistence, Registry};
 use timer_service::domain::{CancelFilter, CancelMany, StreamIncarnation, TimerState};
@@ -94,6 +97,38 @@ async fn a_cancel_waiting_for_earlier_commands_holds_no_other_tenants_cancel_bac
     })
     .await;
     assert_eq!(count, Ok(3));
+    canceller.stop(None);
+    persistence_actor.stop(None);
+}
+
+/// A job whose earlier commands are never handled (their daemon stuck, a broker path silent
+/// for good) begins once its wait runs out, not before and not never (docs/CONTRACT.md §3: it
+/// waits up to 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_whose_earlier_commands_stay_pending_begins_when_its_wait_runs_out() {
+    let scratch = common::Scratch::new();
+    let registry = Registry::new("canceller-bound-test");
+    let persistence_actor = common::persistence::start(&scratch, &registry, true).await;
+    schedule_three(&registry, &[("stuck", 1)]).await;
+    let publisher = Arc::new(Pending::default());
+    *publisher.hold_all.lock().unwrap() = true;
+    let canceller = start_canceller(&registry, publisher.clone()).await;
+
+    let began = tokio::time::Instant::now();
+    let count = tokio::time::timeout(EARLIER_COMMANDS_WAIT * 3, run(&registry, "stuck", 100))
+        .await
+        .expect("the cancel answered after its wait ran out")
+        .unwrap();
+    assert_eq!(count, Ok(3));
+    assert!(
+        began.elapsed() >= EARLIER_COMMANDS_WAIT,
+        "it began after {:?}, before its wait ran out",
+        began.elapsed()
+    );
+    assert!(
+        publisher.looks.lock().unwrap()[&100] > 1,
+        "it looked again while it waited"
+    );
     canceller.stop(None);
     persistence_actor.stop(None);
 }
