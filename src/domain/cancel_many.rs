@@ -41,9 +41,22 @@ pub struct FilterFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<schema_types::ClientInstant>")]
     pub due_to: Option<String>,
-    /// Every pending timer of the tenant; only without another field.
+    /// Every pending timer of the tenant; only without another field (`state` aside).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub all: bool,
+    /// `Scheduled` only, the one state a cancel changes: said for clarity, it narrows nothing;
+    /// any other state is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<CancellableState>,
+}
+
+/// The state a `CancelTimers` selects in: only `Scheduled`. A timer claimed for firing fires,
+/// and fired, expired and cancelled timers stay as they are, so a filter by another state would
+/// select nothing; it is refused with its reason instead, and `state: "Scheduled"`, said for
+/// clarity, narrows nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum CancellableState {
+    Scheduled,
 }
 
 /// A checked filter: the pending timers it selects match every part given; none given is all
@@ -137,6 +150,16 @@ mod tests {
             fields(serde_json::json!({ "all": true })).check().unwrap(),
             CancelFilter::default()
         );
+        let stated = fields(serde_json::json!({ "all": true, "state": "Scheduled" }))
+            .check()
+            .unwrap();
+        assert_eq!(stated, CancelFilter::default(), "state narrows nothing");
+        let refused = serde_json::from_value::<FilterFields>(
+            serde_json::json!({ "correlationId": "x", "state": "Reached" }),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(refused.contains("expected `Scheduled`"), "{refused}");
         for (bad, says) in [
             (serde_json::json!({}), "all: true"),
             (serde_json::json!({ "all": false }), "all: true"),

@@ -7,7 +7,9 @@ use crate::domain::api::{
 };
 use crate::domain::forecast::ForecastWindow;
 use crate::domain::timestamp::parse_stored;
-use crate::domain::{Arrival, CancelOutcome, Command, Subjects, Timer, TimerState, parse_command};
+use crate::domain::{
+    Arrival, CancelOutcome, Command, Subjects, Timer, TimerState, parse_command, parse_message,
+};
 
 const REGENERATE: &str = "cargo run -- schema --out schema/";
 
@@ -84,6 +86,13 @@ fn command(message_type: &str, payload: Value) -> Value {
     })
 }
 
+const LIMITS: crate::domain::command::CommandLimits = crate::domain::command::CommandLimits {
+    max_bytes: 65_536,
+    max_data_bytes: 16_384,
+    max_data_depth: 64,
+    max_data_number_chars: 100,
+};
+
 fn accepted(subject: &str, value: &Value) -> Result<Command, String> {
     let bytes = serde_json::to_vec(value).expect("JSON");
     let arrival = Arrival {
@@ -94,15 +103,29 @@ fn accepted(subject: &str, value: &Value) -> Result<Command, String> {
         &Subjects::default(),
         subject,
         &bytes,
-        crate::domain::command::CommandLimits {
-            max_bytes: 65_536,
-            max_data_bytes: 16_384,
-            max_data_depth: 64,
-            max_data_number_chars: 100,
-        },
+        LIMITS,
         arrival,
         || "generated".into(),
     )
+    .map_err(|r| r.reason)
+}
+
+/// Whether the service accepts `value` on `subject`, whichever command it is.
+fn message_accepted(subject: &str, value: &Value) -> Result<(), String> {
+    let bytes = serde_json::to_vec(value).expect("JSON");
+    let arrival = Arrival {
+        seq: 7,
+        at: chrono::DateTime::UNIX_EPOCH,
+    };
+    parse_message(
+        &Subjects::default(),
+        subject,
+        &bytes,
+        LIMITS,
+        arrival,
+        || "generated".into(),
+    )
+    .map(drop)
     .map_err(|r| r.reason)
 }
 
@@ -193,9 +216,18 @@ fn the_command_schemas_accept_what_the_service_accepts() {
         let case = command(CANCEL_TIMER, payload);
         checked.push(("cancel-timer", "timer.cmd.cancel.acme".into(), case));
     }
+    for payload in [
+        json!({ "tenantId": "acme", "correlationId": "req-42" }),
+        json!({ "tenantId": "acme", "all": true, "state": "Scheduled" }),
+        json!({ "tenantId": "acme", "correlationId": "req-42", "state": "Reached" }),
+        json!({ "tenantId": "acme", "all": true, "state": "scheduled" }),
+    ] {
+        let case = command(CANCEL_TIMERS, payload);
+        checked.push(("cancel-timers", "timer.cmd.cancel-many.acme".into(), case));
+    }
     let (mut accepted_count, mut rejected_count) = (0, 0);
     for (name, subject, case) in checked {
-        let service = accepted(&subject, &case);
+        let service = message_accepted(&subject, &case);
         let schema = verdict(name, &case);
         assert_eq!(
             service.is_ok(),
@@ -262,6 +294,14 @@ fn the_request_schemas_accept_what_the_api_accepts() {
             r#"{"correlationId":"x","dryRun":1}"#,
         ),
         ("api-cancel-many-request", r#"{"dueFrom":"yesterday"}"#),
+        (
+            "api-cancel-many-request",
+            r#"{"all":true,"state":"Scheduled"}"#,
+        ),
+        (
+            "api-cancel-many-request",
+            r#"{"correlationId":"x","state":"Reached"}"#,
+        ),
         ("api-stats-request", r#"{}"#),
         ("api-stats-request", r#"{"forecastMinutes":1440}"#),
         ("api-stats-request", r#"{"forecastMinutes":0}"#),

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, Verb, request};
-use crate::domain::cancel_many::{CancelFilter, FilterFields};
+use crate::domain::cancel_many::{CancelFilter, CancellableState, FilterFields};
 use crate::domain::schema_types;
 
 /// The request of `cancel-many`: the filter of a `CancelTimers`, and `dryRun`.
@@ -22,9 +22,12 @@ pub struct CancelManyRequest {
     /// The timers due before this instant.
     #[schemars(with = "Option<schema_types::ClientInstant>")]
     due_to: Option<String>,
-    /// Every pending timer of the tenant; only without another field.
+    /// Every pending timer of the tenant; only without another field (`state` aside).
     #[serde(default)]
     all: bool,
+    /// `Scheduled`, the one state a cancel changes: said for clarity, it narrows nothing, and
+    /// any other state is refused.
+    state: Option<CancellableState>,
     /// Count the timers it would cancel now, and cancel none.
     #[serde(default)]
     dry_run: bool,
@@ -46,6 +49,7 @@ pub fn parse_cancel_many_request(bytes: &[u8]) -> Result<CancelManyAsk, ApiError
         due_from: request.due_from,
         due_to: request.due_to,
         all: request.all,
+        state: request.state,
     };
     let filter = fields.check().map_err(ApiError::bad_request)?;
     Ok(CancelManyAsk {
@@ -80,6 +84,8 @@ mod tests {
             parse_cancel_many_request(br#"{"correlationId":"req-42","dryRun":true}"#).unwrap();
         assert!(ask.dry_run);
         assert_eq!(ask.filter.correlation_id.as_deref(), Some("req-42"));
+        let stated = parse_cancel_many_request(br#"{"all":true,"state":"Scheduled"}"#).unwrap();
+        assert_eq!(stated.filter, CancelFilter::default());
         assert!(
             !parse_cancel_many_request(br#"{"all":true}"#)
                 .unwrap()
@@ -91,6 +97,7 @@ mod tests {
             r#"{"all":true,"dueTo":"2026-11-22T10:00:00Z"}"#,
             r#"{"serviceCallId":"sc-7"}"#,
             r#"{"all":"yes"}"#,
+            r#"{"all":true,"state":"Cancelled"}"#,
         ] {
             let refused = parse_cancel_many_request(bad.as_bytes()).unwrap_err();
             assert_eq!(refused.code, 400, "{bad}: {refused:?}");
