@@ -87,6 +87,11 @@ pub(crate) trait Backend: Debug + Send + Sync {
     /// harmless (claims, marks, retention deletes).
     async fn relax(&self, txn: &DatabaseTransaction) -> Result<(), DbErr>;
 
+    /// Has the statements of `txn` planned for their values each time, not by a plan cached
+    /// for any values: for work that repeats one statement over a table whose statistics may
+    /// be stale (a cancel's steps over a tenant's timers just scheduled).
+    async fn plan_for_values(&self, txn: &DatabaseTransaction) -> Result<(), DbErr>;
+
     /// Whether a write of one statement may skip the BEGIN and COMMIT round trips: one
     /// statement is a transaction of its own that commits at the connection's level. Not on
     /// PostgreSQL, where a relaxed commit is asked for inside its transaction.

@@ -42,6 +42,7 @@ impl Store {
         let at = format_utc(cancel.received_at);
         self.durable(async {
             let txn = self.db.begin().await?;
+            self.backend.plan_for_values(&txn).await?;
             // The keys first, locked where the database locks rows, then the rows by key: an
             // update through a subquery of the keys was planned as a scan of the whole table
             // for each key on PostgreSQL (seconds for one step of 40,000 timers).

@@ -77,6 +77,16 @@ impl Backend for Postgres {
         Ok(())
     }
 
+    /// After five executions a prepared statement may switch to a plan for any values. For a
+    /// cancel's update by 500 keys on a table not yet analyzed, that plan walked the tenant's
+    /// whole range of pending timers and compared each with the 500 keys: a step took 470 ms
+    /// instead of 15 on 40,000 timers, longer the more the tenant has.
+    async fn plan_for_values(&self, txn: &DatabaseTransaction) -> Result<(), DbErr> {
+        txn.execute_unprepared("SET LOCAL plan_cache_mode = force_custom_plan")
+            .await?;
+        Ok(())
+    }
+
     fn statement_is_transaction(&self) -> bool {
         false
     }
