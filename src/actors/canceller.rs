@@ -38,10 +38,10 @@ use crate::backoff::Retries;
 use crate::domain::CancelMany;
 use crate::ports::{CommandPublisher, InboundCommand};
 
-/// Timers one step cancels, in a transaction of its own: 500 took about 45 ms of the writer on
-/// SQLite in a release build. Steps sized like the Janitor's (2 ms of the writer) did not lower
-/// what a million cancelled cost a steady load beside it, and took minutes in debug builds
-/// (BENCHMARKS.md, "Cancel many").
+/// Timers one step cancels, in a transaction of its own: 500 take about 5 ms of the writer on
+/// SQLite in a release build, so a due timer waits at most that long behind a step. Steps
+/// sized by time like the Janitor's shrank to a few rows in debug builds, and the tests'
+/// cancels of 40,000 took minutes (BENCHMARKS.md, "Cancel many").
 pub const STEP: usize = 500;
 
 /// How long a job's first step waits for the commands before it on its line to be handled
