@@ -14,7 +14,8 @@
 
 use sea_orm::sea_query::{Expr, ExprTrait, Func};
 use sea_orm::{
-    ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
+    TransactionTrait, UpdateMany,
 };
 
 use super::entity::{Column, Entity};
@@ -41,7 +42,6 @@ impl Store {
         limit: usize,
     ) -> Result<CancelStep, StoreError> {
         let seq = i64::try_from(cancel.seq).map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let selected = || cancellable(&cancel.tenant_id, &cancel.filter, Some(seq));
         let at = format_utc(cancel.received_at);
         self.durable(async {
             let txn = self.db.begin().await?;
@@ -50,26 +50,13 @@ impl Store {
             // update through a subquery of the keys was planned as a scan of the whole table
             // for each key on PostgreSQL (seconds for one step of 40,000 timers). The update
             // names nothing but the keys that an index could serve (`still_pending`).
-            let keys: Vec<String> = Entity::find()
-                .select_only()
-                .column(Column::ServiceCallId)
-                .filter(selected())
-                .order_by_asc(Column::DueAt)
-                .limit(limit as u64)
-                .lock_exclusive()
+            let keys: Vec<String> = step_keys_query(cancel, seq, limit)
                 .into_tuple()
                 .all(&txn)
                 .await?;
             let mut cancelled = 0;
             for chunk in keys.chunks(ROWS_PER_STATEMENT) {
-                cancelled += Entity::update_many()
-                    .col_expr(Column::State, Expr::value(TimerState::Cancelled.as_str()))
-                    .col_expr(Column::CancelledAt, Expr::value(at.as_str()))
-                    .col_expr(Column::CancelledSeq, Expr::value(seq))
-                    .col_expr(Column::CommandSeq, Expr::value(seq))
-                    .filter(Column::TenantId.eq(cancel.tenant_id.as_str()))
-                    .filter(Column::ServiceCallId.is_in(chunk.iter().map(String::as_str)))
-                    .filter(still_pending(seq))
+                cancelled += step_update(&cancel.tenant_id, chunk, seq, &at)
                     .exec(&txn)
                     .await?
                     .rows_affected;
@@ -115,6 +102,31 @@ impl Store {
             .await?;
         Ok(count.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
     }
+}
+
+/// The keys of up to `limit` timers a step of `cancel` (at `seq`) picks, in `dueAt` order,
+/// locked where the database locks rows. A test explains it.
+pub fn step_keys_query(cancel: &CancelMany, seq: i64, limit: usize) -> Select<Entity> {
+    Entity::find()
+        .select_only()
+        .column(Column::ServiceCallId)
+        .filter(cancellable(&cancel.tenant_id, &cancel.filter, Some(seq)))
+        .order_by_asc(Column::DueAt)
+        .limit(limit as u64)
+        .lock_exclusive()
+}
+
+/// A step's update of the rows of `keys` of `tenant_id` it picked, cancelled by the command at
+/// `seq`, accepted at `at`. A test explains it.
+pub fn step_update(tenant_id: &str, keys: &[String], seq: i64, at: &str) -> UpdateMany<Entity> {
+    Entity::update_many()
+        .col_expr(Column::State, Expr::value(TimerState::Cancelled.as_str()))
+        .col_expr(Column::CancelledAt, Expr::value(at))
+        .col_expr(Column::CancelledSeq, Expr::value(seq))
+        .col_expr(Column::CommandSeq, Expr::value(seq))
+        .filter(Column::TenantId.eq(tenant_id))
+        .filter(Column::ServiceCallId.is_in(keys.iter().map(String::as_str)))
+        .filter(still_pending(seq))
 }
 
 /// What the update of a step checks again on each row it picked: still pending, unclaimed,

@@ -18,6 +18,7 @@
 //!   tables; `db`: connecting, settings, migrations, checkpoints, free space.
 
 pub mod backup;
+pub mod cancel_many;
 pub mod command_streams;
 pub mod daemons;
 pub mod db;
@@ -29,7 +30,6 @@ pub mod queries;
 pub mod quotas;
 
 mod backend;
-mod cancel_many;
 pub use cancel_many::CancelStep;
 mod commands;
 mod error;

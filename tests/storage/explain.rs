@@ -7,7 +7,8 @@ use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, QueryTrait, 
 use sea_orm::{DbErr, TransactionTrait};
 use timer_service::domain::api::{ListCursor, ListFilter};
 use timer_service::domain::forecast::{ForecastWindow, MAX_FORECAST_MINUTES};
-use timer_service::domain::{DuePosition, TimerState};
+use timer_service::domain::{CancelFilter, CancelMany, DuePosition, TimerState};
+use timer_service::storage::cancel_many::{step_keys_query, step_update};
 use timer_service::storage::firing::due_query;
 use timer_service::storage::queries::{forecast_query, list_queries};
 use timer_service::storage::quotas::{key_states_query, pending_counts_query};
@@ -72,6 +73,31 @@ pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, Str
     shapes.push((
         "tenant pending counts".to_owned(),
         timer_service::storage::queries::pending_counts_query("acme", Utc::now()).build(backend),
+    ));
+    for (name, filter) in [
+        ("cancel step keys", CancelFilter::default()),
+        (
+            "cancel step keys by correlation id",
+            CancelFilter {
+                correlation_id: Some("c".into()),
+                ..CancelFilter::default()
+            },
+        ),
+    ] {
+        let cancel = CancelMany {
+            tenant_id: "acme".into(),
+            filter,
+            seq: 9,
+            received_at: Utc::now(),
+        };
+        shapes.push((
+            name.to_owned(),
+            step_keys_query(&cancel, 9, 500).build(backend),
+        ));
+    }
+    shapes.push((
+        "cancel step update".to_owned(),
+        step_update("acme", &keys, 9, "2026-11-28T00:00:00.000Z").build(backend),
     ));
     let window = ForecastWindow::new(Utc::now(), MAX_FORECAST_MINUTES);
     shapes.push((
