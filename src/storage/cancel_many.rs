@@ -5,8 +5,9 @@
 //! (`command_seq`), so the steps after a restart skip it, and a row a newer command wrote
 //! is never touched.
 //!
-//! A step reads its keys through the tenant's range of the pending index (locking the rows on
-//! PostgreSQL), then updates them by key, checking again that each is pending, unclaimed and
+//! A step reads its keys through the tenant's range of an index in `dueAt` order (the tenant's
+//! pending timers, or those of one correlation id; locking the rows on PostgreSQL), then
+//! updates them by key, checking again that each is pending, unclaimed and
 //! older than the cancel: a row claimed or rescheduled between the two is left as it is. (The
 //! filter's own terms are not checked again: between the two, the rows are locked on
 //! PostgreSQL, and on SQLite the write lock is this transaction's, so only the state, the
