@@ -8,7 +8,7 @@ use crate::domain::api::{
 use crate::domain::forecast::ForecastWindow;
 use crate::domain::timestamp::parse_stored;
 use crate::domain::{
-    Arrival, CancelOutcome, Command, Subjects, Timer, TimerState, parse_command, parse_message,
+    Arrival, CancelOutcome, Command, Parsed, Subjects, Timer, TimerState, parse_message,
 };
 
 const REGENERATE: &str = "cargo run -- schema --out schema/";
@@ -93,13 +93,14 @@ const LIMITS: crate::domain::command::CommandLimits = crate::domain::command::Co
     max_data_number_chars: 100,
 };
 
-fn accepted(subject: &str, value: &Value) -> Result<Command, String> {
+/// What the service makes of `value` on `subject`: one timer's command or a CancelTimers.
+fn parsed(subject: &str, value: &Value) -> Result<Parsed, String> {
     let bytes = serde_json::to_vec(value).expect("JSON");
     let arrival = Arrival {
         seq: 7,
         at: chrono::DateTime::UNIX_EPOCH,
     };
-    parse_command(
+    parse_message(
         &Subjects::default(),
         subject,
         &bytes,
@@ -108,6 +109,14 @@ fn accepted(subject: &str, value: &Value) -> Result<Command, String> {
         || "generated".into(),
     )
     .map_err(|r| r.reason)
+}
+
+/// One timer's command the service accepts from `value` on `subject`.
+fn accepted(subject: &str, value: &Value) -> Result<Command, String> {
+    match parsed(subject, value)? {
+        Parsed::One(command) => Ok(command),
+        Parsed::Many(_) => Err("a CancelTimers names no single timer".into()),
+    }
 }
 
 mod inputs;
