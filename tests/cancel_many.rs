@@ -188,6 +188,24 @@ async fn a_cancel_many_keeps_its_place_in_the_stream_against_racing_schedules() 
 /// Timers of a cancel of all that its first steps cannot finish.
 const CUT_TOTAL: i64 = 40_000;
 
+/// A daemon process on its own broker and database, and a client once the command stream is
+/// there.
+async fn one_daemon() -> (
+    NatsServer,
+    Scratch,
+    DatabaseTarget,
+    DaemonProcess,
+    TestClient,
+) {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let database = scratch.database();
+    let daemon = DaemonProcess::start(&server, &scratch);
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+    (server, scratch, database, daemon, client)
+}
+
 /// `CUT_TOTAL` pending timers of acme, then a `CancelTimers` of all of them; returns once its
 /// first steps committed, with how many they cancelled.
 async fn begin_a_long_cancel(client: &TestClient, database: &DatabaseTarget) -> i64 {
@@ -250,12 +268,7 @@ async fn assert_finished_with(client: &TestClient, database: &DatabaseTarget, to
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_many_cut_by_a_crash_resumes_and_finishes() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let database = scratch.database();
-    let daemon = DaemonProcess::start(&server, &scratch);
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let (server, scratch, database, daemon, client) = one_daemon().await;
     let at_kill = begin_a_long_cancel(&client, &database).await;
     daemon.kill9();
     let at_kill = at_kill.max(cancelled(&database).await);
@@ -276,12 +289,7 @@ async fn a_cancel_many_cut_by_a_crash_resumes_and_finishes() {
 /// under way (or finds nothing left), and the command is acknowledged at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_while_a_cancel_many_runs_loses_and_strands_nothing() {
-    let mut server = NatsServer::start();
-    let scratch = Scratch::new();
-    let database = scratch.database();
-    let daemon = DaemonProcess::start(&server, &scratch);
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let (mut server, _scratch, database, daemon, client) = one_daemon().await;
     let at_restart = begin_a_long_cancel(&client, &database).await;
     server.restart();
     assert!(
@@ -301,12 +309,7 @@ async fn a_broker_restart_while_a_cancel_many_runs_loses_and_strands_nothing() {
 /// one to be acknowledged, up to its 10 s bound, so a flow of cancels crawled one at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_many_is_not_held_behind_an_earlier_one_under_way() {
-    let server = NatsServer::start();
-    let scratch = Scratch::new();
-    let database = scratch.database();
-    let daemon = DaemonProcess::start(&server, &scratch);
-    let client = TestClient::connect(&server).await;
-    client.wait_for_command_stream().await;
+    let (_server, _scratch, database, daemon, client) = one_daemon().await;
     begin_a_long_cancel(&client, &database).await;
     let later: Vec<String> = (0..4).map(|i| format!("later-{i}")).collect();
     for id in &later {
