@@ -265,10 +265,15 @@ pub struct Observer {
 
 impl Observer {
     pub async fn open(database: &DatabaseTarget) -> Self {
-        Self {
+        let observer = Self {
             db: connect(database, 1).await.expect("observer connection"),
             postgres: matches!(database, DatabaseTarget::Postgres { .. }),
+        };
+        if observer.postgres {
+            // A prefill of a million rows, and its VACUUM, outlast the daemon's 10 s default.
+            observer.execute("SET statement_timeout = 0").await;
         }
+        observer
     }
 
     pub async fn count(&self, sql: &str) -> u64 {

@@ -326,14 +326,16 @@ async fn bases(
     if args.wants("cancel") && args.cancel_n > 0 {
         let n = args.cancel_n;
         let in_a_month = Utc::now() + chrono::Duration::days(30);
-        let base = sqlite
-            .base(cache, &format!("pending_bulk_{n}"), |observer| async move {
-                observer
-                    .prefill(n, crate::workloads::BULK_TENANT, in_a_month, 0, None)
-                    .await;
-            })
-            .await;
-        bases.cancel = Some(base);
+        let fill = move |observer: daemon::Observer| async move {
+            observer
+                .prefill(n, crate::workloads::BULK_TENANT, in_a_month, 0, None)
+                .await;
+        };
+        let name = format!("pending_bulk_{n}");
+        bases.cancel = Some(sqlite.base(cache, &name, fill).await);
+        if let Some(pg) = postgres {
+            bases.cancel_pg = Some(pg.base(cache, &name, fill).await);
+        }
     }
     if args.wants("costs") && args.retention_n > 0 {
         let n = args.retention_n;

@@ -1,50 +1,69 @@
 //! The `cancel` section: one CancelTimers of `--cancel-n` pending timers beside a steady load
 //! of `--rates`' first rate for `--cancel-secs`, and the same load on the same base without it
-//! (SQLite, this build only: a release before it has no CancelTimers).
+//! (SQLite, and PostgreSQL with `--database`; this build only: a release before it has no
+//! CancelTimers).
 
 use super::Ctx;
 use crate::Figures;
 use crate::workloads;
 
 pub(super) async fn cancel(ctx: &Ctx<'_>, f: &mut Figures) {
-    let Some(base) = &ctx.bases.cancel else {
-        return;
-    };
     let args = ctx.args;
     let rate = args.rates.first().copied().unwrap_or(1000);
     let Some(build) = ctx.builds.iter().find(|b| !b.is_baseline()) else {
         return;
     };
     let daemon = &build.runs(vec![ctx.default("d")])[0];
-    eprintln!(
-        "cancel of {} beside {rate}/s, and the same load without it",
-        args.cancel_n
-    );
-    let w = ctx.world("cancel-many", &ctx.sqlite, Some(base)).await;
-    let run = workloads::cancel_under_load(
-        &w,
-        args.cancel_n,
-        rate,
-        args.cancel_secs,
-        ctx.lead(),
-        daemon,
-    )
-    .await;
-    f.rate("cancel.per_second", run.cancelled_per_second);
-    if let Some(took) = run.took {
-        f.rate("cancel.took_s", took.as_secs_f64());
+    let stores = [
+        ("", "SQLite", Some(&ctx.sqlite), ctx.bases.cancel.as_ref()),
+        (
+            "pg.",
+            "PostgreSQL",
+            ctx.postgres.as_ref(),
+            ctx.bases.cancel_pg.as_ref(),
+        ),
+    ];
+    for (prefix, store, backend, base) in stores {
+        let (Some(backend), Some(base)) = (backend, base) else {
+            continue;
+        };
+        eprintln!(
+            "cancel of {} beside {rate}/s, and the same load without it, {store}",
+            args.cancel_n
+        );
+        let w = ctx
+            .world(&format!("cancel-many-{prefix}"), backend, Some(base))
+            .await;
+        let run = workloads::cancel_under_load(
+            &w,
+            args.cancel_n,
+            rate,
+            args.cancel_secs,
+            ctx.lead(),
+            daemon,
+        )
+        .await;
+        f.rate(
+            format!("cancel.{prefix}per_second"),
+            run.cancelled_per_second,
+        );
+        if let Some(took) = run.took {
+            f.rate(format!("cancel.{prefix}took_s"), took.as_secs_f64());
+        }
+        f.late(&format!("cancel.{prefix}load"), run.lateness);
+        drop(w);
+        let w = ctx
+            .world(&format!("cancel-plain-{prefix}"), backend, Some(base))
+            .await;
+        let plain = workloads::lateness(
+            &w,
+            rate,
+            args.cancel_secs,
+            ctx.lead(),
+            std::slice::from_ref(daemon),
+            workloads::Load::default(),
+        )
+        .await;
+        f.late(&format!("cancel.{prefix}plain"), plain);
     }
-    f.late("cancel.load", run.lateness);
-    drop(w);
-    let w = ctx.world("cancel-plain", &ctx.sqlite, Some(base)).await;
-    let plain = workloads::lateness(
-        &w,
-        rate,
-        args.cancel_secs,
-        ctx.lead(),
-        std::slice::from_ref(daemon),
-        workloads::Load::default(),
-    )
-    .await;
-    f.late("cancel.plain", plain);
 }

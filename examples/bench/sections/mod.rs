@@ -83,8 +83,10 @@ pub struct Bases {
     pub scale: Vec<(u64, &'static str, Base)>,
     /// Finished timers for the Janitor to delete (SQLite).
     pub retention: Option<Base>,
-    /// Pending timers of one tenant for a CancelTimers (SQLite).
+    /// Pending timers of one tenant for a CancelTimers, on SQLite and, with `--database`, on
+    /// PostgreSQL.
     pub cancel: Option<Base>,
+    pub cancel_pg: Option<Base>,
 }
 
 /// What every section of one run needs.

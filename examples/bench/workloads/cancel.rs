@@ -38,7 +38,7 @@ pub async fn cancel_under_load(
     // Watched with an index seek, not a count (see `retention_under_load`).
     let any_left = format!(
         "SELECT count(*) FROM (SELECT 1 FROM timer_schedules WHERE tenant_id = '{BULK_TENANT}' \
-         AND state = 'Scheduled' LIMIT 1)"
+         AND state = 'Scheduled' LIMIT 1) AS one"
     );
     let observer = world.observer().await;
     assert!(
