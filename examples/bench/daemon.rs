@@ -276,13 +276,16 @@ impl Observer {
         observer
     }
 
+    /// The one number `sql` answers. A statement the database refuses stops the bench: read
+    /// as 0, it passed for "nothing left" (a subquery without an alias on PostgreSQL made a
+    /// cancel of a million look done at once).
     pub async fn count(&self, sql: &str) -> u64 {
-        self.db
+        let row = self
+            .db
             .query_one_raw(Statement::from_string(self.db.get_database_backend(), sql))
             .await
-            .ok()
-            .flatten()
-            .and_then(|row| row.try_get_by_index::<i64>(0).ok())
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        row.and_then(|row| row.try_get_by_index::<i64>(0).ok())
             .unwrap_or(0) as u64
     }
 
