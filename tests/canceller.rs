@@ -19,9 +19,9 @@ use chrono::Utc;
 use common::eventually;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use timer_service::actors::canceller::{
-    Cancelled, CancellerArgs, EARLIER_COMMANDS_WAIT, Job, WAITS_AT_ONCE,
+    Cancelled, CancellerArgs, EARLIER_COMMANDS_WAIT, Job, STEP, WAITS_AT_ONCE,
 };
-use timer_service::actors::persistence::{Class, PersistenceMsg};
+use timer_service::actors::persistence::PersistenceMsg;
 use timer_service::actors::{Canceller, NamedActor, Persistence, Registry};
 use timer_service::domain::{CancelFilter, CancelMany, StreamIncarnation, TimerState};
 use timer_service::ports::{BusError, CommandPublisher, PublishError};
@@ -176,8 +176,8 @@ async fn a_flood_of_waiting_cancels_looks_at_the_broker_a_bounded_number_at_a_ti
     persistence_actor.stop(None);
 }
 
-/// Persistence whose first background operation (a cancel's step) fails, as with the database
-/// gone for a moment; it hands every other operation to the real one.
+/// Persistence whose first step of a cancel fails, as with the database gone for a moment; it
+/// hands every other operation to the real one.
 struct FailsOneStep {
     real: ActorRef<PersistenceMsg>,
 }
@@ -202,7 +202,8 @@ impl Actor for FailsOneStep {
         failed: &mut bool,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            PersistenceMsg::Run(operation) if operation.class == Class::Background && !*failed => {
+            // A step is the only operation of `STEP` rows here.
+            PersistenceMsg::Run(operation) if operation.rows == STEP && !*failed => {
                 *failed = true;
                 operation.fail(StoreError::Unavailable("the database went away".into()));
             }

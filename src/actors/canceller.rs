@@ -4,9 +4,11 @@
 //! writes), so it runs here, beside the CommandHandler, not inside its transactions: the
 //! commands after it on its line go on being stored meanwhile, and its steps keep its place in
 //! the stream by the rows' order (`storage::cancel_many`), not by waiting. Each step cancels at
-//! most [`STEP`] timers as background work (claims and command commits go first), with the
-//! Janitor's pause after it (`steps::PAUSE`); the jobs of several tenants take turns step by
-//! step.
+//! most [`STEP`] timers, in turn with the command commits (claims go first: as background
+//! work, a step could wait out another tenant's whole burst of commits, past its timers'
+//! `dueAt`),
+//! with the Janitor's pause after it (`steps::PAUSE`); the jobs of several tenants take turns
+//! step by step.
 //!
 //! A job first waits (at most [`EARLIER_COMMANDS_WAIT`]) until the commands before it on its
 //! line are handled, by whichever daemon reads them: the CommandHandler commits what it

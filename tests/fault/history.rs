@@ -254,4 +254,7 @@ pub struct Run {
     /// and the daemon had had a while to take the rest (`None`: it could not be read).
     pub commands_left: Option<u64>,
     pub ended: Option<Instant>,
+    /// The daemons' log lines, oldest first, without colours: a violated key's story shows
+    /// what the daemon logged of it.
+    pub daemon_log: Vec<String>,
 }

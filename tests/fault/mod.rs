@@ -202,6 +202,7 @@ pub async fn run(plan: &Plan) -> Run {
         eprintln!("the daemon's final SIGTERM: {exit:?}");
     }
     keep_daemon_logs(&nemesis.world.scratch);
+    let daemon_log = daemon_log(&nemesis.world.scratch);
     observer.flush().await;
     let stream = observer::read_event_stream(&nemesis.admin.js).await;
     let rows = observer::read_rows(&nemesis.world.database()).await;
@@ -226,6 +227,7 @@ pub async fn run(plan: &Plan) -> Run {
         quota_floods: nemesis.quota_floods,
         commands_left,
         ended: Some(Utc::now()),
+        daemon_log,
     }
 }
 
@@ -332,6 +334,41 @@ async fn drain(ops: &[Op], observer: &observer::Observer, js: &async_nats::jetst
 
 /// With `FAULT_SUITE_LOGS=DIR`, copies the daemon's logs (one file per start) into DIR, for a
 /// failed run to be read afterwards; the scratch directory goes with the run.
+/// The lines of every daemon's log in the run's directory, oldest daemon first (their names
+/// are time-ordered), without colour codes.
+fn daemon_log(scratch: &Scratch) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(scratch.dir.path()) else {
+        return Vec::new();
+    };
+    let mut logs: Vec<_> = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("daemon-"))
+        })
+        .collect();
+    logs.sort();
+    logs.iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .flat_map(|text| text.lines().map(without_colours).collect::<Vec<_>>())
+        .collect()
+}
+
+/// `line` without its ANSI colour codes (`ESC [ … m`).
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn keep_daemon_logs(scratch: &Scratch) {
     let Some(dir) = std::env::var_os("FAULT_SUITE_LOGS") else {
         return;
@@ -348,4 +385,15 @@ fn keep_daemon_logs(scratch: &Scratch) {
         }
     }
     eprintln!("daemon logs copied to {}", dir.display());
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn colour_codes_are_taken_out_of_a_log_line() {
+        assert_eq!(
+            super::without_colours("\x1b[2m2026\x1b[0m \x1b[32m INFO\x1b[0m done"),
+            "2026  INFO done"
+        );
+    }
 }

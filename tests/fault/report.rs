@@ -304,5 +304,104 @@ fn story(run: &Run, verdict: &Verdict, key: &super::history::Key) -> String {
             r.due_at.map_or("-".into(), time)
         ))
     );
+    for line in logged_of(run, verdict, key) {
+        let _ = writeln!(out, "        log: {line}");
+    }
     out
+}
+
+/// Lines the daemons logged of `key` while its story lasted: those naming it, and its
+/// tenant's CancelTimers (a group's cancel names its correlation id, not its keys). At most
+/// [`LOGGED_LINES`].
+fn logged_of<'a>(run: &'a Run, verdict: &Verdict, key: &super::history::Key) -> Vec<&'a str> {
+    let ops = run.ops.iter().filter(|op| &op.key == key);
+    let Some(from) = ops.clone().map(|op| op.invoked).min() else {
+        return Vec::new();
+    };
+    let fired = verdict
+        .firings
+        .iter()
+        .filter(|((k, _), _)| k == key)
+        .map(|(_, firing)| firing.first);
+    let to = ops
+        .map(|op| op.completed)
+        .chain(fired)
+        .max()
+        .unwrap_or(from);
+    let (from, to) = (
+        from - chrono::Duration::seconds(1),
+        to + chrono::Duration::seconds(1),
+    );
+    let tenant = format!("tenant_id={} ", key.tenant);
+    let id = format!("service_call_id={}", key.id);
+    let names_key = |line: &str| {
+        line.match_indices(&id).any(|(at, _)| {
+            line[at + id.len()..].starts_with([' ', ',', '}']) || line.len() == at + id.len()
+        })
+    };
+    run.daemon_log
+        .iter()
+        .filter(|line| {
+            line.split_whitespace()
+                .next()
+                .and_then(|stamp| stamp.parse::<Instant>().ok())
+                .is_some_and(|at| from <= at && at <= to)
+        })
+        .filter(|line| names_key(line) || (line.contains(&tenant) && line.contains("CancelTimers")))
+        .take(LOGGED_LINES)
+        .map(String::as_str)
+        .collect()
+}
+
+/// The most daemon log lines a key's story shows.
+const LOGGED_LINES: usize = 40;
+
+#[cfg(test)]
+mod tests {
+    use super::super::checker::check;
+    use super::super::checker::tests::{event, run, schedule, t};
+    use super::logged_of;
+
+    #[test]
+    fn a_keys_story_shows_the_lines_naming_it_and_its_tenants_cancels_while_it_lasted() {
+        let mut history = run(
+            vec![schedule("k1", 5_000, 1_000)],
+            vec![event("k1", 5_000, 5_010, 5_020)],
+            vec![],
+        );
+        let at = |ms: i64| t(ms).to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        history.daemon_log = vec![
+            format!(
+                "{} DEBUG command accepted tenant_id=acme service_call_id=k1 sequence=3",
+                at(900)
+            ),
+            format!(
+                "{} DEBUG command accepted tenant_id=acme service_call_id=k10 sequence=4",
+                at(950)
+            ),
+            format!(
+                "{} INFO CancelTimers begins tenant_id=acme sequence=9",
+                at(2_000)
+            ),
+            format!(
+                "{} INFO CancelTimers begins tenant_id=globex sequence=10",
+                at(2_000)
+            ),
+            format!(
+                "{} DEBUG DueTimeReached published tenant_id=acme service_call_id=k1",
+                at(5_015)
+            ),
+            format!(
+                "{} DEBUG command accepted tenant_id=acme service_call_id=k1 sequence=30",
+                at(9_000)
+            ),
+        ];
+        let verdict = check(&history);
+        let key = &history.ops[0].key;
+        let lines = logged_of(&history, &verdict, key);
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(lines[0].ends_with("sequence=3"));
+        assert!(lines[1].contains("CancelTimers begins tenant_id=acme"));
+        assert!(lines[2].contains("DueTimeReached published"));
+    }
 }

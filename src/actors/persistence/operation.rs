@@ -17,8 +17,10 @@ pub enum Class {
     Firing,
     /// The health probe: readiness waits on it.
     Probe,
-    /// Command commits, the API's cancel, stream epochs, and the pending counts of the quotas,
-    /// which must see every commit handed over before them: first in, first out.
+    /// Command commits, the API's cancel, the steps of a CancelTimers (a command's work, which
+    /// another tenant's burst of commits must not hold back), stream epochs, and the pending
+    /// counts of the quotas, which must see every commit handed over before them: first in,
+    /// first out.
     Commands,
     /// Retention deletes and the WAL catch-up: whenever nothing else waits.
     Background,

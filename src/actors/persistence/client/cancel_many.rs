@@ -1,5 +1,5 @@
-//! The calls of a `CancelTimers` (docs/CONTRACT.md §3): its steps, background writes, and the
-//! counts the API's `cancel-many` answers with, which are the tenant's reads.
+//! The calls of a `CancelTimers` (docs/CONTRACT.md §3): its steps, in turn with the command
+//! commits, and the counts the API's `cancel-many` answers with, which are the tenant's reads.
 
 use std::time::{Duration, Instant};
 
@@ -8,9 +8,9 @@ use crate::domain::{CancelFilter, CancelMany};
 use crate::storage::CancelStep;
 
 impl PersistenceClient {
-    /// One step of `cancel`: at most `limit` timers cancelled, in their own transaction, as
-    /// background work (claims and command commits go first); how many, and how long the step
-    /// held the writer.
+    /// One step of `cancel`: at most `limit` timers cancelled, in their own transaction, in
+    /// turn with the command commits (claims go first); how many, and how long the step held
+    /// the writer.
     pub async fn cancel_step(
         &self,
         cancel: CancelMany,
@@ -18,7 +18,7 @@ impl PersistenceClient {
     ) -> Result<(CancelStep, Duration), CallError> {
         self.run(
             "cancel_step",
-            Class::Background,
+            Class::Commands,
             Op::Write,
             limit,
             move |store, _| {
