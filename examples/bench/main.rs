@@ -311,15 +311,12 @@ async fn bases(
     postgres: Option<&Backend>,
 ) -> Bases {
     let mut bases = Bases::default();
+    let stores: Vec<&Backend> = std::iter::once(sqlite).chain(postgres).collect();
     if args.wants("scale") {
         for n in &args.scales {
-            bases
-                .scale
-                .push((*n, "sqlite", sqlite.pending_base(cache, *n).await));
-            if let Some(pg) = postgres {
-                bases
-                    .scale
-                    .push((*n, "postgres", pg.pending_base(cache, *n).await));
+            for backend in &stores {
+                let base = backend.pending_base(cache, *n).await;
+                bases.scale.push((*n, (*backend).clone(), base));
             }
         }
     }
@@ -332,9 +329,9 @@ async fn bases(
                 .await;
         };
         let name = format!("pending_bulk_{n}");
-        bases.cancel = Some(sqlite.base(cache, &name, fill).await);
-        if let Some(pg) = postgres {
-            bases.cancel_pg = Some(pg.base(cache, &name, fill).await);
+        for backend in &stores {
+            let base = backend.base(cache, &name, fill).await;
+            bases.cancel.push(((*backend).clone(), base));
         }
     }
     if args.wants("costs") && args.retention_n > 0 {

@@ -23,12 +23,24 @@ pub enum Backend {
     },
 }
 
+/// Each database's tag (in figure keys and world names) and its name in the report, SQLite
+/// first.
+pub const STORES: [(&str, &str); 2] = [("sqlite", "SQLite"), ("pg", "PostgreSQL")];
+
 impl Backend {
-    pub fn label(&self) -> &'static str {
+    fn store(&self) -> (&'static str, &'static str) {
         match self {
-            Backend::Sqlite => "SQLite",
-            Backend::Postgres { .. } => "PostgreSQL",
+            Backend::Sqlite => STORES[0],
+            Backend::Postgres { .. } => STORES[1],
         }
+    }
+
+    pub fn label(&self) -> &'static str {
+        self.store().1
+    }
+
+    pub fn tag(&self) -> &'static str {
+        self.store().0
     }
 
     fn url_of(admin: &str, database: &str) -> String {

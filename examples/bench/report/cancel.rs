@@ -7,14 +7,14 @@ use super::{lateness_row, lateness_stat, show};
 use crate::{Args, Figures};
 
 pub(super) fn cancel(r: &mut String, args: &Args, f: &Figures) {
-    for (prefix, store) in [("", "SQLite"), ("pg.", "PostgreSQL")] {
-        store_cancel(r, args, f, prefix, store);
+    for (tag, store) in crate::world::STORES {
+        store_cancel(r, args, f, tag, store);
     }
 }
 
-/// The figures of one store, keyed `cancel.<prefix>…`.
-fn store_cancel(r: &mut String, args: &Args, f: &Figures, prefix: &str, store: &str) {
-    let key = |name: &str| format!("cancel.{prefix}{name}");
+/// The figures of one store, keyed `cancel.<tag>.…`.
+fn store_cancel(r: &mut String, args: &Args, f: &Figures, tag: &str, store: &str) {
+    let key = |name: &str| format!("cancel.{tag}.{name}");
     if !f.lateness.contains_key(&key("load")) {
         return;
     }

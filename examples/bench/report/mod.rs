@@ -437,7 +437,7 @@ pub fn report(args: &Args, f: &Figures) -> String {
             rss(&format!("lateness.{rate}"))
         );
         for n in &args.scales {
-            for (tag, label) in [("sqlite", "SQLite"), ("postgres", "PostgreSQL")] {
+            for (tag, label) in crate::world::STORES {
                 let ingest = format!("scale.ingest.{tag}.{n}");
                 if f.rates.contains_key(&ingest) {
                     let late = format!("scale.lateness.{tag}.{n}");

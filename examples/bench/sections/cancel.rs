@@ -14,25 +14,14 @@ pub(super) async fn cancel(ctx: &Ctx<'_>, f: &mut Figures) {
         return;
     };
     let daemon = &build.runs(vec![ctx.default("d")])[0];
-    let stores = [
-        ("", "SQLite", Some(&ctx.sqlite), ctx.bases.cancel.as_ref()),
-        (
-            "pg.",
-            "PostgreSQL",
-            ctx.postgres.as_ref(),
-            ctx.bases.cancel_pg.as_ref(),
-        ),
-    ];
-    for (prefix, store, backend, base) in stores {
-        let (Some(backend), Some(base)) = (backend, base) else {
-            continue;
-        };
+    for (backend, base) in &ctx.bases.cancel {
+        let (tag, store) = (backend.tag(), backend.label());
         eprintln!(
             "cancel of {} beside {rate}/s, and the same load without it, {store}",
             args.cancel_n
         );
         let w = ctx
-            .world(&format!("cancel-many-{prefix}"), backend, Some(base))
+            .world(&format!("cancel-many-{tag}"), backend, Some(base))
             .await;
         let run = workloads::cancel_under_load(
             &w,
@@ -43,17 +32,14 @@ pub(super) async fn cancel(ctx: &Ctx<'_>, f: &mut Figures) {
             daemon,
         )
         .await;
-        f.rate(
-            format!("cancel.{prefix}per_second"),
-            run.cancelled_per_second,
-        );
+        f.rate(format!("cancel.{tag}.per_second"), run.cancelled_per_second);
         if let Some(took) = run.took {
-            f.rate(format!("cancel.{prefix}took_s"), took.as_secs_f64());
+            f.rate(format!("cancel.{tag}.took_s"), took.as_secs_f64());
         }
-        f.late(&format!("cancel.{prefix}load"), run.lateness);
+        f.late(&format!("cancel.{tag}.load"), run.lateness);
         drop(w);
         let w = ctx
-            .world(&format!("cancel-plain-{prefix}"), backend, Some(base))
+            .world(&format!("cancel-plain-{tag}"), backend, Some(base))
             .await;
         let plain = workloads::lateness(
             &w,
@@ -64,6 +50,6 @@ pub(super) async fn cancel(ctx: &Ctx<'_>, f: &mut Figures) {
             workloads::Load::default(),
         )
         .await;
-        f.late(&format!("cancel.{prefix}plain"), plain);
+        f.late(&format!("cancel.{tag}.plain"), plain);
     }
 }

@@ -15,11 +15,8 @@ const FIRE_LEAD: Duration = Duration::from_secs(20);
 pub(super) async fn data(ctx: &Ctx<'_>, f: &mut Figures) {
     let args = ctx.args;
     let payload = data_of(args.data_bytes);
-    let mut stores = vec![("sqlite", &ctx.sqlite)];
-    if let Some(pg) = &ctx.postgres {
-        stores.push(("pg", pg));
-    }
-    for (tag, backend) in stores {
+    for backend in ctx.stores() {
+        let tag = backend.tag();
         for (label, data) in [("none", None), ("data", Some(&*payload))] {
             eprintln!("data ({}, {label}): ingest and fire", backend.label());
             let daemons = [ctx.default("d")];

@@ -79,14 +79,13 @@ impl Build {
 /// Databases prefilled before the runs, built once and cached across runs and invocations.
 #[derive(Default)]
 pub struct Bases {
-    /// Pending-timer counts of the scale section, each with its store's tag and base.
-    pub scale: Vec<(u64, &'static str, Base)>,
+    /// Pending-timer counts of the scale section, each with its database and base.
+    pub scale: Vec<(u64, Backend, Base)>,
     /// Finished timers for the Janitor to delete (SQLite).
     pub retention: Option<Base>,
     /// Pending timers of one tenant for a CancelTimers, on SQLite and, with `--database`, on
     /// PostgreSQL.
-    pub cancel: Option<Base>,
-    pub cancel_pg: Option<Base>,
+    pub cancel: Vec<(Backend, Base)>,
 }
 
 /// What every section of one run needs.
@@ -103,6 +102,13 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The databases of this run: SQLite, then PostgreSQL with `--database`.
+    fn stores(&self) -> Vec<&Backend> {
+        std::iter::once(&self.sqlite)
+            .chain(self.postgres.as_ref())
+            .collect()
+    }
+
     async fn world(&self, name: &str, backend: &Backend, base: Option<&Base>) -> World {
         World::new(&self.dir.join(name), backend, base).await
     }
@@ -368,13 +374,9 @@ async fn costs(ctx: &Ctx<'_>, f: &mut Figures) {
 }
 
 async fn scale(ctx: &Ctx<'_>, f: &mut Figures) {
-    for (n, tag, base) in &ctx.bases.scale {
+    for (n, backend, base) in &ctx.bases.scale {
+        let tag = backend.tag();
         eprintln!("scale {n} ({tag})");
-        let backend = if *tag == "postgres" {
-            ctx.postgres.as_ref().expect("postgres")
-        } else {
-            &ctx.sqlite
-        };
         let w = ctx
             .world(&format!("scale-{n}-{tag}"), backend, Some(base))
             .await;
@@ -498,11 +500,12 @@ async fn reads(ctx: &Ctx<'_>, f: &mut Figures) {
         secs: args.reads_secs,
         requesters: args.reads_requesters,
     };
-    let mut stores = vec![("sqlite", &ctx.sqlite, 1)];
-    if let Some(pg) = &ctx.postgres {
-        stores.push(("pg", pg, ctx.most()));
-    }
-    for (tag, backend, daemons) in stores {
+    for backend in ctx.stores() {
+        let tag = backend.tag();
+        let daemons = match backend {
+            Backend::Sqlite => 1,
+            Backend::Postgres { .. } => ctx.most(),
+        };
         // Built at each run: its timers are due from the hour after next.
         let base = backend.whale_base(ctx.cache, args.whale_n).await;
         for build in &ctx.builds {
