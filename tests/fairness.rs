@@ -1,6 +1,8 @@
 //! Tenants take turns (docs/CONTRACT.md §9): one tenant's burst of timers due at one instant
-//! makes its own timers late, not another tenant's due a moment after. On PostgreSQL, two
-//! daemons share the work.
+//! makes its own timers late, not another tenant's due a moment after; and another tenant's
+//! commands are applied while it fires (a CancelTimer sent during the burst holds against a
+//! timer due a second later, which commits held behind the firing would lose). On PostgreSQL,
+//! two daemons share the work.
 
 mod common;
 
@@ -18,6 +20,11 @@ const SMALL_EVERY_MS: i64 = 20;
 /// machine). Without turns, each waits for the rest of the burst: the last one
 /// [`BURST_LASTS_AT_LEAST`] less its 0.2 s, at least.
 const SMALL_LATENESS_BOUND: Duration = Duration::from_millis(1000);
+/// The quiet tenant's timers cancelled during the burst: sent [`CANCEL_AFTER_MS`] after its
+/// instant, due [`CANCELLED_DUE_MS`] after it.
+const CANCELLED: usize = 10;
+const CANCEL_AFTER_MS: i64 = 300;
+const CANCELLED_DUE_MS: i64 = 1_500;
 /// How long the burst must take to fire for the bound above to tell turns from none.
 const BURST_LASTS_AT_LEAST: chrono::TimeDelta = chrono::TimeDelta::milliseconds(2000);
 
@@ -50,16 +57,30 @@ async fn a_tenants_burst_does_not_hold_up_another_tenants_timers() {
     for (id, due) in &small_due {
         small.schedule("small", id, *due, None).await;
     }
+    let cancelled: Vec<String> = (0..CANCELLED).map(|i| format!("c-{i:03}")).collect();
+    let cancelled_due = instant + chrono::Duration::milliseconds(CANCELLED_DUE_MS);
+    for id in &cancelled {
+        small.schedule("small", id, cancelled_due, None).await;
+    }
     let database = scratch.database();
     eventually(Duration::from_secs(30), "every timer stored", || async {
         let scheduled = rows_by_state(&database).await.get("Scheduled").copied();
-        (scheduled == Some((BULK + SMALL) as i64)).then_some(())
+        (scheduled == Some((BULK + SMALL + CANCELLED) as i64)).then_some(())
     })
     .await;
     assert!(
         Utc::now() < instant,
         "the burst was stored only after its instant: the test proves nothing"
     );
+
+    // The cancels go out while the burst fires: the instant it was due, and then some.
+    let cancel_at = instant + chrono::Duration::milliseconds(CANCEL_AFTER_MS);
+    tokio::time::sleep((cancel_at - Utc::now()).to_std().unwrap_or_default()).await;
+    for id in &cancelled {
+        let command = serde_json::to_vec(&common::cancel_command("small", id)).unwrap();
+        small.publish_raw("timer.cmd.cancel.small", command).await;
+    }
+    let cancels_acked = Utc::now();
 
     let small_ids: Vec<String> = small_due.iter().map(|(id, _)| id.clone()).collect();
     let small_events = small
@@ -100,6 +121,21 @@ async fn a_tenants_burst_does_not_hold_up_another_tenants_timers() {
         "the quiet tenant's {worst_id} was {} ms late behind the burst (bound {} ms)",
         worst.as_millis(),
         SMALL_LATENESS_BOUND.as_millis()
+    );
+
+    // Acknowledged by the broker well before their timers' dueAt, while the burst fired: they
+    // hold. (Its firing outlasts their dueAt, by the assertion above.)
+    assert!(
+        cancels_acked < cancelled_due - chrono::Duration::milliseconds(500),
+        "the cancels were acknowledged only at {cancels_acked}, too near their timers' dueAt"
+    );
+    let fired = small.fired_ids("small").await;
+    let lost: Vec<&String> = cancelled.iter().filter(|id| fired.contains(*id)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of the quiet tenant's cancels, sent {CANCEL_AFTER_MS} ms into the burst, lost to \
+         their timers due {CANCELLED_DUE_MS} ms into it: {lost:?}",
+        lost.len()
     );
     drop(daemons);
 }

@@ -9,21 +9,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::Utc;
 use common::quota_checks::{all_handled, later, pending, publish_schedules, rejections};
-use common::{DaemonProcess, Scratch, TestClient, eventually};
-use serde_json::{Value, json};
+use common::{DaemonProcess, Scratch, TestClient, cancel_command, eventually};
 use timer_service::config::{HttpSettings, TenantQuotaSettings};
-
-fn cancel_command(tenant: &str, service_call_id: &str) -> Value {
-    json!({
-        "id": uuid::Uuid::now_v7(),
-        "type": "CancelTimer",
-        "tenantId": tenant,
-        "timestampMs": Utc::now().timestamp_millis(),
-        "payload": { "tenantId": tenant, "serviceCallId": service_call_id },
-    })
-}
 
 /// The value of `timer_quota_rejections_total` for `tenant` and `quota` on `/metrics`.
 async fn quota_rejections(addr: &str, tenant: &str, quota: &str) -> Option<f64> {

@@ -12,6 +12,7 @@ pub mod net_proxy;
 pub mod operator;
 pub mod persistence;
 pub mod pki;
+pub mod poller;
 pub mod postgres_cluster;
 pub mod previous_release;
 pub mod quota_checks;
@@ -395,6 +396,20 @@ pub fn schedule_command(
         "causationId": null,
         "aggregateId": service_call_id,
         "payload": payload,
+    })
+}
+
+/// A CancelTimer envelope, as a client writes it.
+pub fn cancel_command(tenant: &str, service_call_id: &str) -> Value {
+    json!({
+        "id": uuid::Uuid::now_v7(),
+        "type": "CancelTimer",
+        "tenantId": tenant,
+        "timestampMs": Utc::now().timestamp_millis(),
+        "correlationId": null,
+        "causationId": null,
+        "aggregateId": service_call_id,
+        "payload": { "tenantId": tenant, "serviceCallId": service_call_id },
     })
 }
 

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::Rng;
 use super::history::{CancelAnswer, Command, Instant, Key, Op, Outcome};
-use crate::common::{cancel_timers_command, rfc3339, schedule_command};
+use crate::common::{cancel_command, cancel_timers_command, rfc3339, schedule_command};
 
 pub const TENANTS: [&str; 4] = ["acme", "globex", "initech", "hooli"];
 /// The tenant whose bursts put thousands of timers on one instant.
@@ -61,19 +61,6 @@ pub struct Client {
     pub nats: async_nats::Client,
     pub js: jetstream::Context,
     pub recorder: Recorder,
-}
-
-pub fn cancel_command(tenant: &str, id: &str) -> Value {
-    json!({
-        "id": uuid::Uuid::now_v7(),
-        "type": "CancelTimer",
-        "tenantId": tenant,
-        "timestampMs": Utc::now().timestamp_millis(),
-        "correlationId": null,
-        "causationId": null,
-        "aggregateId": id,
-        "payload": { "tenantId": tenant, "serviceCallId": id },
-    })
 }
 
 impl Client {

@@ -9,6 +9,7 @@
 //! - `names`: taking a daemon's name, watching a recent holder's row.
 //! - each commit says itself whether it waits for the disk; there is no file of ours to watch.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use sea_orm::sea_query::{Expr, SimpleExpr};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 
 use super::backend::{Backend, ClaimDue, ClaimShares, Now};
+use super::fair::Walked;
 use super::{DueBatch, NameHold, Store, StoreError};
 use crate::domain::DueTimer;
 
@@ -120,8 +122,9 @@ impl Backend for Postgres {
         store: &Store,
         now: Now,
         resume_after: Option<&str>,
-    ) -> Result<Vec<(String, bool)>, StoreError> {
-        fair::walk(store, callers_now(now), resume_after).await
+        skip: &BTreeSet<String>,
+    ) -> Result<Vec<Walked>, StoreError> {
+        fair::walk(store, callers_now(now), resume_after, skip).await
     }
 
     async fn claim_shares(
