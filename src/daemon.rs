@@ -164,6 +164,7 @@ impl Daemon {
                 batch_size: config.batch_size,
                 polling_interval: config.polling_interval,
                 lease: config.claim_lease,
+                short_writes: database.short_writes_while_sharing(),
             }),
             // Before the CommandHandler, which hands it the CancelTimers it meets.
             ChildSpec::of::<Canceller>(CancellerArgs {

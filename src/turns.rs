@@ -51,12 +51,6 @@ impl<T> Turns<T> {
         self.len += 1;
     }
 
-    /// The item [`Self::pop`] would take next, left in place.
-    pub fn first(&self) -> Option<&T> {
-        let key = self.turns.front()?;
-        self.by_key.get(key)?.front()
-    }
-
     /// The next item: the oldest of the key whose turn it is.
     pub fn pop(&mut self) -> Option<T> {
         while let Some(key) = self.turns.pop_front() {

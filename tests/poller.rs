@@ -13,10 +13,11 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use common::doubles::{InMemoryEventBus, ManualClock};
 use common::eventually;
+use ractor::{Actor, ActorRef};
 use timer_service::actors::Registry;
 use timer_service::actors::persistence::PersistenceClient;
-use timer_service::actors::poller::{PollerMsg, hold_limit};
-use timer_service::domain::TimerState;
+use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg, hold_limit};
+use timer_service::domain::{Subjects, TimerState};
 use timer_service::ports::{BusError, Clock, EventBus, OutgoingEvent, Published, SystemClock};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,7 +40,7 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
         .await
         .unwrap();
 
-    let poller = common::poller::start(&registry, bus.clone(), clock.clone()).await;
+    let poller = start_poller(&registry, bus.clone(), clock.clone()).await;
 
     // On start it fires what is due by the clock, and only that.
     wait_reached(&persistence, "past").await;
@@ -102,7 +103,7 @@ async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_s
         )])
         .await
         .unwrap();
-    let poller = common::poller::start(&registry, bus.clone(), clock.clone()).await;
+    let poller = start_poller(&registry, bus.clone(), clock.clone()).await;
     eventually(
         Duration::from_secs(5),
         "the first batch in flight",
@@ -178,7 +179,7 @@ async fn a_wake_up_that_comes_while_the_hold_limit_is_reached_is_served_once_bat
 
     // The oldest batch fails at once; every other one is held until the gate opens.
     let bus = Arc::new(FailFirstBus::default());
-    let poller = common::poller::start(&registry, bus.clone(), Arc::new(SystemClock)).await;
+    let poller = start_poller(&registry, bus.clone(), Arc::new(SystemClock)).await;
     eventually(Duration::from_secs(10), "the failed batch", || async {
         bus.failed.load(Ordering::SeqCst).then_some(())
     })
@@ -262,6 +263,31 @@ async fn wait_reached(persistence: &PersistenceClient, id: &str) {
         },
     )
     .await;
+}
+
+/// A Poller whose safety-net tick (an hour) never comes during a test.
+async fn start_poller(
+    registry: &Registry,
+    bus: Arc<dyn EventBus>,
+    clock: Arc<dyn Clock>,
+) -> ActorRef<PollerMsg> {
+    let (poller, _) = Actor::spawn(
+        None,
+        Poller,
+        PollerArgs {
+            registry: registry.clone(),
+            bus,
+            clock,
+            subjects: Subjects::default(),
+            batch_size: 100,
+            polling_interval: Duration::from_secs(3600),
+            lease: Duration::from_secs(30),
+            short_writes: false,
+        },
+    )
+    .await
+    .unwrap();
+    poller
 }
 
 fn clock_now(clock: &ManualClock) -> chrono::DateTime<Utc> {

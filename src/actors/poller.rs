@@ -4,9 +4,8 @@
 //! at the earliest pending `dueAt` (the tick is a safety net) and never waits inside a message:
 //! each call to Persistence and each batch at the broker answers by message.
 //!
-//! - `phase`: what is at Persistence (one claim in `dueAt` order or mark at a time, a fair
-//!   claim beside it); `firing` takes the next step after each message, `calls` makes the
-//!   calls and reads their answers.
+//! - `phase`: what is at Persistence (one call at a time) and the round of claims; `firing`
+//!   takes the next step after each message, `calls` makes the calls and reads their answers.
 //! - `publisher`: claimed timers queued by tenant (`queue`), the broker's window (`window`).
 //! - `run`: cursor and fence while claimed timers are left; `marks`: published, not `Reached`.
 //! - `fairness`: fair claims while a backlog lasts (CONTRACT.md §9); `wake`: wake-ups planned
@@ -79,6 +78,9 @@ pub struct PollerArgs {
     pub polling_interval: Duration,
     /// How long a claim holds its timers (`claim_lease`): fences this daemon's own claims.
     pub lease: Duration,
+    /// Keep claims and marks short while tenants share a backlog (`fairness`): the database's
+    /// answer (`DatabaseTarget::short_writes_while_sharing`).
+    pub short_writes: bool,
 }
 
 pub enum PollerMsg {
@@ -88,8 +90,6 @@ pub enum PollerMsg {
     Wake,
     /// A timer due at this instant was just stored: wake then if that is earlier than planned.
     WakeAt(chrono::DateTime<chrono::Utc>),
-    /// The next fair claim of a backlog may be due (`fairness`).
-    FairDue,
     /// A claim answered (sent by the Poller's own tasks).
     Claimed(Claimed),
     /// A mark answered (sent by the Poller's own tasks).
@@ -174,7 +174,6 @@ impl Actor for Poller {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             PollerMsg::Tick | PollerMsg::Wake => state.round_asked = true,
-            PollerMsg::FairDue => state.wake.fair_arrived(),
             PollerMsg::WakeAt(at) => {
                 if let Some(run) = &mut state.run {
                     run.stored_due_at(at);

@@ -15,7 +15,6 @@
 //! A backend module imports the shared ones (rows, constants, `fair::choose`'s limits), never
 //! the other way round. A change for one database touches its own directory only.
 
-use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +23,6 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, SimpleExpr};
 use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr};
 
-use super::fair::Walked;
 use super::{Claimant, DueBatch, NameHold, Store, StoreError};
 use crate::domain::timestamp::format_utc;
 use crate::domain::{DuePosition, DueTimer};
@@ -123,15 +121,13 @@ pub(crate) trait Backend: Debug + Send + Sync {
 
     /// The fair claim's walk (see `storage::fair`): the tenants holding rows after
     /// `resume_after`, at most `fair::TENANTS_PER_WALK`, each with whether a timer of theirs is
-    /// due and their earliest pending `dueAt`; those in `skip` are not looked into (answered
-    /// not due, with none).
+    /// due.
     async fn walk_tenants(
         &self,
         store: &Store,
         now: Now,
         resume_after: Option<&str>,
-        skip: &BTreeSet<String>,
-    ) -> Result<Vec<Walked>, StoreError>;
+    ) -> Result<Vec<(String, bool)>, StoreError>;
 
     /// The fair claim's shares, in one statement.
     async fn claim_shares(

@@ -15,10 +15,7 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
 
-use sea_orm::QueryResult;
-
 use super::backend::ClaimShares;
-use super::rows::parse_optional_time;
 use super::{Claimant, DueBatch, Store, StoreError};
 
 /// Most tenants one fair claim takes timers from (SQLite joins at most 500 selects in one
@@ -34,39 +31,6 @@ pub struct FairBatch {
     /// The last tenant this claim reached when it could not reach them all: the next fair
     /// claim starts after it. `None`: the next starts from the first tenant.
     pub resume_after: Option<String>,
-    /// The earliest pending `dueAt`, not yet due, of the tenants the walk looked into: when
-    /// another tenant's timer comes due beside the backlog (the Poller keeps its writes short
-    /// ahead of it).
-    pub upcoming: Option<DateTime<Utc>>,
-}
-
-/// One tenant the walk reached (`Backend::walk_tenants`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Walked {
-    pub tenant: String,
-    /// A timer of theirs is due.
-    pub due: bool,
-    /// Their earliest pending `dueAt`; `None` for a tenant skipped or with nothing pending.
-    pub next_due: Option<DateTime<Utc>>,
-}
-
-/// The walk's rows (`tenant`, `due`, `next_due`), on either database.
-pub(super) fn walked(rows: &[QueryResult]) -> Result<Vec<Walked>, StoreError> {
-    rows.iter()
-        .map(|row| {
-            let tenant: String = row.try_get("", "tenant")?;
-            // SQLite answers a comparison with an integer.
-            let due = row
-                .try_get::<bool>("", "due")
-                .or_else(|_| row.try_get::<i64>("", "due").map(|n| n != 0))?;
-            let next_due: Option<String> = row.try_get("", "next_due")?;
-            Ok(Walked {
-                tenant,
-                due,
-                next_due: parse_optional_time("next_due", next_due)?,
-            })
-        })
-        .collect()
 }
 
 /// See [`Store::claim_fair`].
@@ -80,16 +44,8 @@ pub(super) async fn claim_fair(
     claimant: &Claimant,
 ) -> Result<FairBatch, StoreError> {
     let now = store.now(now);
-    let walked = store
-        .backend
-        .walk_tenants(store, now, resume_after, skip)
-        .await?;
+    let walked = store.backend.walk_tenants(store, now, resume_after).await?;
     let (serve, resume_after) = choose(&walked, skip);
-    let upcoming = walked
-        .iter()
-        .filter(|w| !w.due && !skip.contains(&w.tenant))
-        .filter_map(|w| w.next_due)
-        .min();
     if serve.is_empty() {
         return Ok(FairBatch {
             batch: DueBatch {
@@ -98,7 +54,6 @@ pub(super) async fn claim_fair(
                 server_now: None,
             },
             resume_after,
-            upcoming,
         });
     }
     let share = (limit / serve.len()).max(1);
@@ -113,16 +68,15 @@ pub(super) async fn claim_fair(
     Ok(FairBatch {
         batch,
         resume_after,
-        upcoming,
     })
 }
 
 /// The tenants to serve (due, not in `skip`, at most [`TENANTS_PER_CLAIM`]) and where the next
 /// walk goes on: after the last tenant served when the claim could take no more, after the last
 /// walked when the walk stopped at its limit, else from the start.
-fn choose(walked: &[Walked], skip: &BTreeSet<String>) -> (Vec<String>, Option<String>) {
+fn choose(walked: &[(String, bool)], skip: &BTreeSet<String>) -> (Vec<String>, Option<String>) {
     let mut serve = Vec::new();
-    for Walked { tenant, due, .. } in walked {
+    for (tenant, due) in walked {
         if *due && !skip.contains(tenant) {
             serve.push(tenant.clone());
             if serve.len() == TENANTS_PER_CLAIM {
@@ -131,7 +85,7 @@ fn choose(walked: &[Walked], skip: &BTreeSet<String>) -> (Vec<String>, Option<St
         }
     }
     let resume_after = (walked.len() >= TENANTS_PER_WALK)
-        .then(|| walked.last().map(|w| w.tenant.clone()))
+        .then(|| walked.last().map(|(tenant, _)| tenant.clone()))
         .flatten();
     (serve, resume_after)
 }
@@ -140,19 +94,8 @@ fn choose(walked: &[Walked], skip: &BTreeSet<String>) -> (Vec<String>, Option<St
 mod tests {
     use super::*;
 
-    fn walked(tenant: String, due: bool) -> Walked {
-        Walked {
-            tenant,
-            due,
-            next_due: None,
-        }
-    }
-
-    fn walk(tenants: &[(&str, bool)]) -> Vec<Walked> {
-        tenants
-            .iter()
-            .map(|(t, d)| walked(t.to_string(), *d))
-            .collect()
+    fn walk(tenants: &[(&str, bool)]) -> Vec<(String, bool)> {
+        tenants.iter().map(|(t, d)| (t.to_string(), *d)).collect()
     }
 
     #[test]
@@ -168,8 +111,8 @@ mod tests {
 
     #[test]
     fn past_the_limits_the_next_claim_goes_on_after_the_last_tenant_reached() {
-        let many: Vec<Walked> = (0..TENANTS_PER_CLAIM + 5)
-            .map(|i| walked(format!("t{i:04}"), true))
+        let many: Vec<(String, bool)> = (0..TENANTS_PER_CLAIM + 5)
+            .map(|i| (format!("t{i:04}"), true))
             .collect();
         let (serve, resume) = choose(&many, &BTreeSet::new());
         assert_eq!(serve.len(), TENANTS_PER_CLAIM);
@@ -178,8 +121,8 @@ mod tests {
             Some(serve[TENANTS_PER_CLAIM - 1].as_str())
         );
 
-        let idle: Vec<Walked> = (0..TENANTS_PER_WALK)
-            .map(|i| walked(format!("t{i:04}"), i == 3))
+        let idle: Vec<(String, bool)> = (0..TENANTS_PER_WALK)
+            .map(|i| (format!("t{i:04}"), i == 3))
             .collect();
         let (serve, resume) = choose(&idle, &BTreeSet::new());
         assert_eq!(serve, ["t0003"]);

@@ -98,13 +98,6 @@ struct LaneQueue {
     running: HashSet<(Rank, String)>,
 }
 
-/// How long a probe or a command commit waits behind firing work before it goes first. A
-/// burst's claims and marks, queued back to back, then hold a commit back this long and one
-/// firing write, not for the whole burst; in a steady load a commit rarely waits this long,
-/// and firing keeps its precedence (a commit taken before every second firing write made a
-/// steady 1,000/s over 50 tenants 1.6 times later at p99).
-pub const COMMIT_PATIENCE: std::time::Duration = std::time::Duration::from_millis(25);
-
 impl LaneQueue {
     fn new(ranks: &[Rank]) -> Self {
         Self {
@@ -125,27 +118,14 @@ impl LaneQueue {
         Ok(())
     }
 
-    /// The next operation at `now`: of the highest rank whose key has none running, except
-    /// that a probe or command commit that waited [`COMMIT_PATIENCE`] goes before firing work;
-    /// its key now runs.
-    fn pop(&mut self, now: Instant) -> Option<(Queued, (Rank, String))> {
+    /// The next operation of the highest rank whose key has none running; its key now runs.
+    fn pop(&mut self) -> Option<(Queued, (Rank, String))> {
         let running = &self.running;
-        let mut take = |(rank, turns): &mut (Rank, Turns<Queued>)| {
+        let (rank, key, queued) = self.ranks.iter_mut().find_map(|(rank, turns)| {
             let (key, queued) =
                 turns.pop_eligible(|key| !running.contains(&(*rank, key.to_owned())))?;
             Some((*rank, key, queued))
-        };
-        let overdue = self
-            .ranks
-            .iter_mut()
-            .filter(|(rank, turns)| {
-                matches!(rank, Rank::Probe | Rank::Commands)
-                    && turns
-                        .first()
-                        .is_some_and(|q| now.duration_since(q.since) >= COMMIT_PATIENCE)
-            })
-            .find_map(&mut take);
-        let (rank, key, queued) = overdue.or_else(|| self.ranks.iter_mut().find_map(&mut take))?;
+        })?;
         self.len -= 1;
         self.running.insert((rank, key.clone()));
         Some((queued, (rank, key)))
@@ -216,7 +196,7 @@ impl Lane {
             notified.as_mut().enable();
             let (popped, depth, empty) = {
                 let mut queue = self.lock();
-                let popped = queue.pop(Instant::now());
+                let popped = queue.pop();
                 (popped, queue.len, queue.len == 0)
             };
             if let Some((queued, key)) = popped {
@@ -275,39 +255,11 @@ mod tests {
     fn names(lane: &Lane, n: usize) -> Vec<&'static str> {
         (0..n)
             .filter_map(|_| {
-                let (queued, key) = lane.lock().pop(Instant::now())?;
+                let (queued, key) = lane.lock().pop()?;
                 lane.done(key);
                 Some(queued.operation.name)
             })
             .collect()
-    }
-
-    #[test]
-    fn a_command_commit_that_waited_its_patience_goes_before_firing_work() {
-        let lane = Lane::new(layout(&DatabaseTarget::sqlite("t.db"), 1)[0].clone());
-        for name in ["claim-1", "mark-1", "claim-2"] {
-            lane.submit(operation(name, Class::Firing));
-        }
-        lane.submit(operation("apply", Class::Commands));
-        let start = Instant::now();
-        let at = |elapsed: std::time::Duration| {
-            let (queued, key) = lane.lock().pop(start + elapsed).expect("an operation");
-            lane.done(key);
-            queued.operation.name
-        };
-        let patience = COMMIT_PATIENCE;
-        assert_eq!(at(std::time::Duration::ZERO), "claim-1", "firing first");
-        assert_eq!(
-            at(patience / 2),
-            "mark-1",
-            "the commit waited less than its patience"
-        );
-        assert_eq!(
-            at(patience),
-            "apply",
-            "then it goes before the next firing write"
-        );
-        assert_eq!(at(patience), "claim-2");
     }
 
     #[test]
@@ -349,27 +301,18 @@ mod tests {
             lane.submit(operation(name, Class::tenant_read("whale")));
         }
         lane.submit(operation("small-1", Class::tenant_read("small")));
-        let (first, whale) = lane.lock().pop(Instant::now()).unwrap();
+        let (first, whale) = lane.lock().pop().unwrap();
         assert_eq!(first.operation.name, "whale-1");
-        let (second, small) = lane.lock().pop(Instant::now()).unwrap();
+        let (second, small) = lane.lock().pop().unwrap();
         assert_eq!(
             second.operation.name, "small-1",
             "the other connection serves small"
         );
-        assert!(
-            lane.lock().pop(Instant::now()).is_none(),
-            "whale-2 waits for whale-1"
-        );
+        assert!(lane.lock().pop().is_none(), "whale-2 waits for whale-1");
         lane.done(small);
-        assert!(
-            lane.lock().pop(Instant::now()).is_none(),
-            "still waiting for whale-1"
-        );
+        assert!(lane.lock().pop().is_none(), "still waiting for whale-1");
         lane.done(whale);
-        assert_eq!(
-            lane.lock().pop(Instant::now()).unwrap().0.operation.name,
-            "whale-2"
-        );
+        assert_eq!(lane.lock().pop().unwrap().0.operation.name, "whale-2");
     }
 
     #[test]

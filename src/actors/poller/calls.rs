@@ -1,7 +1,6 @@
 //! The Poller's calls to Persistence: claims and marks, each in a task of its own, whose answer
 //! comes back as a message (`PollerMsg::Claimed`, `PollerMsg::Marked`); `phase` says which is
-//! under way, and `fairness` whether a fair claim is. Every call answers, a panic included, or
-//! the Poller would wait for it for ever.
+//! under way. Every call answers, a panic included, or the Poller would wait for it for ever.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -11,7 +10,7 @@ use futures::FutureExt;
 use ractor::{ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 
-use super::fairness::{SHARING_CLAIM, SHARING_MEMORY};
+use super::fairness::SHARING_CLAIM;
 use super::marks::{self, Marked};
 use super::phase::{NextClaim, Phase};
 use super::run::Run;
@@ -57,9 +56,9 @@ impl PollerState {
     }
 
     /// Whether this claim or mark is kept to [`SHARING_CLAIM`] timers: tenants share a backlog,
-    /// and a fair claim waits for the write under way (`fairness`).
+    /// on a database where that shortens the fair claims' wait (`fairness`).
     fn short_writes(&self) -> bool {
-        self.fairness.sharing(Instant::now())
+        self.args.short_writes && self.fairness.sharing(Instant::now())
     }
 
     /// Claims a share of the due timers of each tenant with none held.
@@ -103,114 +102,71 @@ impl PollerState {
         });
     }
 
-    /// A claim answered: its timers are queued for publishing. A claim in `dueAt` order that
-    /// came back full goes on with the next.
+    /// A claim answered: its timers are queued for publishing, and its round goes on.
     pub(super) fn claimed(
         &mut self,
         myself: &ActorRef<PollerMsg>,
         claimed: Claimed,
     ) -> Result<(), ActorProcessingErr> {
+        let Phase::Claiming(mut round) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return Err("a claim answered while none was asked".into());
+        };
         let Claimed {
             answer,
             asked_at,
             answered_at,
             started,
         } = claimed;
-        let (limit, result) = match answer {
-            Answer::Fair(result) => {
-                self.fair_claimed(myself, result, asked_at, answered_at, started);
-                return Ok(());
-            }
-            Answer::Due(limit, result) => (limit, result),
-        };
-        if !matches!(
-            std::mem::replace(&mut self.phase, Phase::Idle),
-            Phase::Claiming
-        ) {
-            return Err("a claim answered while none was asked".into());
-        }
-        let batch = match result {
-            Ok(batch) => batch,
-            Err(e) => {
+        match answer {
+            Answer::Due(_, Err(e)) | Answer::Fair(Err(e)) => {
                 tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
                 if let Some(run) = &mut self.run {
                     run.close();
                 }
                 self.retry_later(myself);
-                return Ok(());
             }
-        };
-        self.wake.learn(batch.server_now, answered_at);
-        claim_spans(&batch.timers, asked_at, answered_at);
-        // The instant the timers were found due, by the clock that decided it: their
-        // `reachedAt`.
-        let decided_at = batch.server_now.unwrap_or(asked_at);
-        let full = batch.timers.len() >= limit;
-        let last = batch.timers.last().map(DueTimer::position);
-        self.fairness
-            .serving(batch.timers.iter().map(|t| t.tenant_id.clone()).collect());
-        self.hold(batch.timers, decided_at, started);
-        if let (Some(run), Some(last)) = (&mut self.run, last) {
-            run.claimed_up_to(last);
-        }
-        if full {
-            self.next_claim = NextClaim::AsBatchesSettle;
-            self.claim_next(myself);
-        } else {
-            // Nothing more is due now: sleep until the next timer is.
-            self.next_claim = NextClaim::AtWakeUp;
-            match batch.next_due_at {
-                Some(at) => self.wake.at(myself, at),
-                None => self.wake.cancel(),
+            Answer::Fair(Ok(fair)) => {
+                self.wake.learn(fair.batch.server_now, answered_at);
+                claim_spans(&fair.batch.timers, asked_at, answered_at);
+                let claimed = fair.batch.timers.len();
+                self.fairness
+                    .answered(Instant::now(), fair.resume_after, claimed);
+                tracing::debug!(
+                    actor = "poller",
+                    claimed = fair.batch.timers.len(),
+                    "fair claim for the tenants with nothing held"
+                );
+                let decided_at = fair.batch.server_now.unwrap_or(asked_at);
+                self.hold(fair.batch.timers, decided_at, started);
+                self.next_claim_of(myself, round);
+            }
+            Answer::Due(limit, Ok(batch)) => {
+                self.wake.learn(batch.server_now, answered_at);
+                claim_spans(&batch.timers, asked_at, answered_at);
+                // The instant the timers were found due, by the clock that decided it: their
+                // `reachedAt`.
+                let decided_at = batch.server_now.unwrap_or(asked_at);
+                let full = batch.timers.len() >= limit;
+                let last = batch.timers.last().map(DueTimer::position);
+                self.hold(batch.timers, decided_at, started);
+                if let (Some(run), Some(last)) = (&mut self.run, last) {
+                    run.claimed_up_to(last);
+                }
+                if full {
+                    self.next_claim = NextClaim::AsBatchesSettle;
+                    round.next_turn();
+                    self.next_claim_of(myself, round);
+                } else {
+                    // Nothing more is due now: sleep until the next timer is.
+                    self.next_claim = NextClaim::AtWakeUp;
+                    match batch.next_due_at {
+                        Some(at) => self.wake.at(myself, at),
+                        None => self.wake.cancel(),
+                    }
+                }
             }
         }
         Ok(())
-    }
-
-    /// A fair claim answered, beside whatever else is at Persistence: its timers are queued.
-    /// A failure closes the run, as a failed claim in `dueAt` order does (its outcome is
-    /// unknown): no claim before the run ends. It backs off too when nothing else is at
-    /// Persistence (a backoff replaces the phase).
-    fn fair_claimed(
-        &mut self,
-        myself: &ActorRef<PollerMsg>,
-        result: Result<FairBatch, CallError>,
-        asked_at: DateTime<Utc>,
-        answered_at: DateTime<Utc>,
-        started: std::time::Instant,
-    ) {
-        let fair = match result {
-            Ok(fair) => fair,
-            Err(e) => {
-                self.fairness.failed();
-                tracing::warn!(actor = "poller", error = %e, "cannot read due timers; retrying");
-                if let Some(run) = &mut self.run {
-                    run.close();
-                }
-                if !self.phase.at_persistence() {
-                    self.retry_later(myself);
-                }
-                return;
-            }
-        };
-        self.wake.learn(fair.batch.server_now, answered_at);
-        claim_spans(&fair.batch.timers, asked_at, answered_at);
-        let claimed = fair.batch.timers.len();
-        // Another tenant's timer comes due within the sharing memory: keep the writes short
-        // ahead of it, not only once its first timer was claimed after a long write.
-        let horizon = chrono::Duration::from_std(SHARING_MEMORY).unwrap_or_default();
-        let coming = fair
-            .upcoming
-            .is_some_and(|at| at <= self.wake.store_now() + horizon);
-        self.fairness
-            .answered(Instant::now(), fair.resume_after, claimed > 0 || coming);
-        tracing::debug!(
-            actor = "poller",
-            claimed,
-            "fair claim for the tenants with nothing held"
-        );
-        let decided_at = fair.batch.server_now.unwrap_or(asked_at);
-        self.hold(fair.batch.timers, decided_at, started);
     }
 
     /// Marks everything owed, in one transaction, in a task of its own; the answer comes back

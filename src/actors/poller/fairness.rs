@@ -8,14 +8,11 @@
 //! bounded per claim, so the next one goes on where the last stopped, and from the first tenant
 //! again once a run ends (`run`).
 //!
-//! A fair claim goes to Persistence beside the Poller's other call (a claim in `dueAt` order or
-//! a mark), one fair claim at a time, while a run is under way: every claim of a run is fenced,
-//! so the two never take the same timer, and the run does not end while a fair claim may still
-//! bring timers. So a fair claim waits for the one write under way on its connection at most,
-//! not for the Poller's whole turn of claims and marks. While other tenants are served beside a
-//! backlog (a fair claim took timers, or found another tenant's due, within [`SHARING_MEMORY`]),
-//! the Poller's writes stay short for them: a claim in `dueAt` order takes [`SHARING_CLAIM`]
-//! timers instead of thousands, and a mark and a fair claim as many (`marks`). With nothing to
+//! A fair claim waits for the one write under way on its connection. While other tenants are
+//! served beside a backlog (a fair claim took timers within [`SHARING_MEMORY`]), the Poller's
+//! other writes stay short for them on a database where a write's time grows with its rows
+//! (PostgreSQL; `DatabaseTarget::short_writes_while_sharing`): a claim in `dueAt` order takes
+//! [`SHARING_CLAIM`] timers instead of thousands, and a mark as many (`marks`). With nothing to
 //! share, claims and marks stay large, which drains a burst fastest.
 
 use std::collections::BTreeSet;
@@ -30,14 +27,13 @@ pub const FAIR_EVERY: Duration = Duration::from_millis(10);
 /// Timers one fair claim takes at most, shared equally among the tenants it serves.
 pub const FAIR_CLAIM: usize = 1_000;
 
-/// Timers a claim in `dueAt` order, a mark or a fair claim takes at most while other tenants
-/// are served beside a backlog: in the bench's noisy neighbour (release, SQLite), a claim of
-/// 2,000 held the writer 25–50 ms and a fair claim waited for one; a claim of 500 holds it 5–10.
+/// Timers a claim in `dueAt` order, or a mark, takes at most while other tenants are served
+/// beside a backlog: a write of 2,000 held the SQLite writer 15–30 ms (release), and every fair
+/// claim waited for one.
 pub const SHARING_CLAIM: usize = 500;
 
-/// How long after a fair claim took timers, or found another tenant's timer due within this
-/// long, the Poller keeps its writes short ([`SHARING_CLAIM`]): a quiet tenant's next timer is
-/// likely due within it.
+/// How long after a fair claim took timers the Poller keeps its writes short
+/// ([`SHARING_CLAIM`]): a quiet tenant's next timer is likely due within it.
 pub const SHARING_MEMORY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default)]
@@ -49,13 +45,6 @@ pub struct Fairness {
     resume_after: Option<String>,
     /// When a fair claim last took timers.
     served: Option<Instant>,
-    /// A fair claim is at Persistence.
-    in_flight: bool,
-    /// The tenants the last claim in `dueAt` order took timers of: it serves them, and a fair
-    /// claim skips them. (With several daemons on PostgreSQL, a burst's tenant is often held by
-    /// the others only, and a share of it is found past every row they hold: a fair claim of
-    /// 60–200 ms on the firing connection.)
-    serving: BTreeSet<String>,
 }
 
 /// What one fair claim asks Persistence for (`PersistenceClient::claim_fair`).
@@ -73,64 +62,38 @@ impl Fairness {
     /// (the claims in `dueAt` order fill it during a backlog, and the other tenants' turns must
     /// come all the same); twice the limit still bounds memory.
     pub fn due(&self, now: Instant, backlog: bool, held: usize, hold_limit: usize) -> bool {
-        !self.in_flight
-            && backlog
+        backlog
             && held < 2 * hold_limit
             && self
                 .last
                 .is_none_or(|at| now.saturating_duration_since(at) >= FAIR_EVERY)
     }
 
-    /// A fair claim is asked for at `now`, skipping `held_tenants` and those the claims in
-    /// `dueAt` order serve. `fence` is the run's
+    /// A fair claim is asked for at `now`, skipping `held_tenants`. `fence` is the run's
     /// (`run::Run::fence`); between runs none of this daemon's claims is taken again by a fair
     /// claim: the claim in `dueAt` order, which follows, takes those.
     pub fn start(
         &mut self,
         now: Instant,
-        mut held_tenants: BTreeSet<String>,
+        held_tenants: BTreeSet<String>,
         fence: Option<DateTime<Utc>>,
     ) -> FairClaim {
-        held_tenants.extend(self.serving.iter().cloned());
         self.last = Some(now);
-        self.in_flight = true;
-        // While sharing, a fair claim that finds a backlogged tenant with nothing held (its
-        // queue just went out) is kept as short as the other writes.
-        let limit = match self.sharing(now) {
-            true => SHARING_CLAIM,
-            false => FAIR_CLAIM,
-        };
         FairClaim {
             skip: held_tenants,
             resume_after: self.resume_after.clone(),
-            limit,
+            limit: FAIR_CLAIM,
             fence: fence.unwrap_or(DateTime::UNIX_EPOCH),
         }
     }
 
-    /// The fair claim answered at `now`: the next walk goes on after `resume_after`. `shared`:
-    /// it took timers, or found another tenant's due within [`SHARING_MEMORY`].
-    pub fn answered(&mut self, now: Instant, resume_after: Option<String>, shared: bool) {
-        self.in_flight = false;
+    /// The fair claim answered at `now` with `claimed` timers: the next walk goes on after
+    /// `resume_after`.
+    pub fn answered(&mut self, now: Instant, resume_after: Option<String>, claimed: usize) {
         self.resume_after = resume_after;
-        if shared {
+        if claimed > 0 {
             self.served = Some(now);
         }
-    }
-
-    /// The fair claim under way failed.
-    pub fn failed(&mut self) {
-        self.in_flight = false;
-    }
-
-    /// A fair claim is at Persistence: the run it may bring timers into does not end yet.
-    pub fn in_flight(&self) -> bool {
-        self.in_flight
-    }
-
-    /// When the next fair claim may be asked for, the last one answered.
-    pub fn next_at(&self) -> Option<Instant> {
-        self.last.map(|at| at + FAIR_EVERY)
     }
 
     /// Whether other tenants are served beside a backlog at `now`: the Poller's writes are
@@ -140,15 +103,9 @@ impl Fairness {
             .is_some_and(|at| now.saturating_duration_since(at) < SHARING_MEMORY)
     }
 
-    /// A claim in `dueAt` order took timers of these tenants.
-    pub fn serving(&mut self, tenants: BTreeSet<String>) {
-        self.serving = tenants;
-    }
-
     /// A run ended: the next walk starts from the first tenant.
     pub fn run_ended(&mut self) {
         self.resume_after = None;
-        self.serving.clear();
     }
 }
 
@@ -168,24 +125,8 @@ mod tests {
         );
         assert!(fairness.due(t0, true, 0, LIMIT), "the first one at once");
         fairness.start(t0, BTreeSet::new(), None);
-        fairness.answered(t0, None, false);
         assert!(!fairness.due(t0 + FAIR_EVERY / 2, true, 0, LIMIT));
         assert!(fairness.due(t0 + FAIR_EVERY, true, 0, LIMIT));
-    }
-
-    #[test]
-    fn one_fair_claim_at_a_time() {
-        let t0 = Instant::now();
-        let mut fairness = Fairness::default();
-        fairness.start(t0, BTreeSet::new(), None);
-        assert!(fairness.in_flight());
-        assert!(!fairness.due(t0 + 2 * FAIR_EVERY, true, 0, LIMIT));
-        fairness.answered(t0 + 2 * FAIR_EVERY, None, false);
-        assert!(fairness.due(t0 + 2 * FAIR_EVERY, true, 0, LIMIT));
-        fairness.start(t0 + 2 * FAIR_EVERY, BTreeSet::new(), None);
-        fairness.failed();
-        assert!(!fairness.in_flight());
-        assert_eq!(fairness.next_at(), Some(t0 + 3 * FAIR_EVERY));
     }
 
     #[test]
@@ -213,7 +154,7 @@ mod tests {
                 fence,
             }
         );
-        fairness.answered(now, Some("m".into()), false);
+        fairness.answered(now, Some("m".into()), 0);
         let next = fairness.start(now + FAIR_EVERY, BTreeSet::new(), None);
         assert_eq!(next.resume_after.as_deref(), Some("m"));
         assert_eq!(
@@ -227,26 +168,13 @@ mod tests {
     }
 
     #[test]
-    fn the_tenants_the_claims_in_due_order_serve_are_skipped_until_the_run_ends() {
-        let mut fairness = Fairness::default();
-        let now = Instant::now();
-        fairness.serving(["bulk".to_owned()].into());
-        let claim = fairness.start(now, ["held".to_owned()].into(), None);
-        assert_eq!(claim.skip, ["bulk".to_owned(), "held".to_owned()].into());
-        fairness.answered(now, None, false);
-        fairness.run_ended();
-        let claim = fairness.start(now + FAIR_EVERY, BTreeSet::new(), None);
-        assert!(claim.skip.is_empty());
-    }
-
-    #[test]
     fn writes_stay_short_for_a_while_after_a_fair_claim_took_timers() {
         let mut fairness = Fairness::default();
         let now = Instant::now();
         assert!(!fairness.sharing(now));
-        fairness.answered(now, None, false);
+        fairness.answered(now, None, 0);
         assert!(!fairness.sharing(now), "a fair claim that found no one");
-        fairness.answered(now, None, true);
+        fairness.answered(now, None, 3);
         assert!(fairness.sharing(now + SHARING_MEMORY / 2));
         assert!(!fairness.sharing(now + SHARING_MEMORY));
     }

@@ -1,8 +1,7 @@
 //! The Poller's next step, taken after every message once nothing is at Persistence
 //! ([`PollerState::advance`]): settle the batches the broker answered, end the run once no
 //! claimed timer is left, then start a mark if one is due (`marks`), else the round of claims
-//! that a tick, a wake-up or a settled batch asked for. A fair claim goes beside them when one is
-//! due (`fairness`). A failure backs off
+//! that a tick, a wake-up or a settled batch asked for (`phase::Round`). A failure backs off
 //! (100 ms, doubling to 2 s) before the next claim. A graceful stop ends here too.
 
 use std::time::Duration;
@@ -12,7 +11,7 @@ use ractor::ActorRef;
 use tokio::time::Instant;
 
 use super::marks::{self, Marked};
-use super::phase::{NextClaim, Phase};
+use super::phase::{Claim, NextClaim, Phase, Round};
 use super::queue::Waiting;
 use super::run::Run;
 use super::{PollerMsg, PollerState, claim_size, hold_limit};
@@ -28,14 +27,11 @@ pub(super) const RETRY: Retry = Retry::new(Duration::from_millis(100), Duration:
 impl PollerState {
     /// The next step, once nothing is at Persistence.
     pub(super) fn advance(&mut self, myself: &ActorRef<PollerMsg>) {
-        self.claim_fair_if_due(myself);
-        self.publisher
-            .sharing(self.fairness.sharing(Instant::now()));
         if self.phase.at_persistence() {
             return;
         }
         self.settle(myself);
-        if self.publisher.is_empty() && self.marks.is_empty() && !self.fairness.in_flight() {
+        if self.publisher.is_empty() && self.marks.is_empty() {
             self.end_run();
         }
         let now = Instant::now();
@@ -124,6 +120,9 @@ impl PollerState {
     /// Begins the round of claims asked for.
     fn begin_round(&mut self, myself: &ActorRef<PollerMsg>) {
         self.marks.claims_begin();
+        // A backlog: the last claim came back full (or its round stopped short), or timers wait.
+        let backlog =
+            self.next_claim == NextClaim::AsBatchesSettle || !self.publisher.queue_is_empty();
         // Whatever stops this round before its claim in `dueAt` order answers (no room, marks
         // owed after a failure) leaves batches at the broker: claim again as they settle, so
         // that no wake-up is lost.
@@ -136,44 +135,22 @@ impl PollerState {
             // A failed claim closed the run: the next claim waits for its end.
             return;
         }
-        self.claim_next(myself);
+        self.next_claim_of(myself, Round::begin(backlog));
     }
 
-    /// Starts the round's next claim in `dueAt` order, if the hold limit has room for it.
-    pub(super) fn claim_next(&mut self, myself: &ActorRef<PollerMsg>) {
+    /// Starts the next claim of `round`, if it has one.
+    pub(super) fn next_claim_of(&mut self, myself: &ActorRef<PollerMsg>, mut round: Round) {
         let batch_size = self.args.batch_size;
-        if self.publisher.held() + claim_size(batch_size) > hold_limit(batch_size) {
-            return;
-        }
-        self.claim_due(myself);
-        self.phase = Phase::Claiming;
-    }
-
-    /// Starts a fair claim beside whatever is at Persistence, if one is due (`fairness`): while
-    /// timers are backlogged and a run is under way, every [`super::fairness::FAIR_EVERY`] at
-    /// most, one at a time. Plans a wake-up for the next one while the backlog lasts.
-    fn claim_fair_if_due(&mut self, myself: &ActorRef<PollerMsg>) {
+        let (held, limit) = (self.publisher.held(), hold_limit(batch_size));
+        let room = held + claim_size(batch_size) <= limit;
         let now = Instant::now();
-        // Only inside a run that can claim: its fence keeps the fair claim and the claim in
-        // `dueAt` order off each other's timers. A run closed by a failed claim claims nothing
-        // more, and neither does a backoff.
-        let open_run = self.run.as_ref().is_some_and(|run| !run.closed());
-        let backlog =
-            self.next_claim == NextClaim::AsBatchesSettle || !self.publisher.queue_is_empty();
-        if !open_run || self.phase.backoff(now).is_some() || self.marks.failed() {
-            return;
+        let fairness = &self.fairness;
+        match round.next(|backlog| fairness.due(now, backlog, held, limit), room) {
+            Some(Claim::Fair) => self.claim_fair(myself, now),
+            Some(Claim::Due) => self.claim_due(myself),
+            None => return,
         }
-        let (held, limit) = (self.publisher.held(), hold_limit(self.args.batch_size));
-        if self.fairness.due(now, backlog, held, limit) {
-            self.claim_fair(myself, now);
-        } else if backlog
-            && !self.fairness.in_flight()
-            && let Some(at) = self.fairness.next_at()
-            && now < at
-        {
-            // Too soon after the last one: come back when it is not.
-            self.wake.fair_at(myself, at);
-        }
+        self.phase = Phase::Claiming(round);
     }
 
     /// Queues claimed timers for publishing. The first claim of a run begins it.

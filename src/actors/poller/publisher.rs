@@ -109,11 +109,6 @@ impl Publisher {
         self.launch();
     }
 
-    /// Tenants share a backlog, or no longer do (`window`).
-    pub fn sharing(&mut self, sharing: bool) {
-        self.window.sharing(sharing);
-    }
-
     /// Timers queued or at the broker.
     pub fn held(&self) -> usize {
         self.queue.len() + self.publishing

@@ -27,9 +27,6 @@ pub struct WakeUps {
     lead: StoreLead,
     /// The pending wake-up: when, by the store's clock, and the task that will deliver it.
     planned: Option<(DateTime<Utc>, WakeTask)>,
-    /// The pending wake-up for the next fair claim of a backlog (`fairness`), by this daemon's
-    /// monotonic clock: its cadence is about time spent waiting, not about timer time.
-    fair: Option<WakeTask>,
 }
 
 impl WakeUps {
@@ -38,7 +35,6 @@ impl WakeUps {
             clock,
             lead: StoreLead::default(),
             planned: None,
-            fair: None,
         }
     }
 
@@ -80,20 +76,6 @@ impl WakeUps {
     /// Nothing is pending: no wake-up but the tick.
     pub fn cancel(&mut self) {
         self.planned = None;
-    }
-
-    /// Plans `PollerMsg::FairDue` at `at`, unless one is planned already.
-    pub fn fair_at(&mut self, myself: &ActorRef<PollerMsg>, at: Instant) {
-        if self.fair.is_none() {
-            let delay = at.saturating_duration_since(Instant::now());
-            let task = myself.send_after(delay, || PollerMsg::FairDue);
-            self.fair = Some(AbortOnDropHandle::new(task));
-        }
-    }
-
-    /// The fair claim's wake-up arrived.
-    pub fn fair_arrived(&mut self) {
-        self.fair = None;
     }
 }
 

@@ -16,10 +16,6 @@ use std::time::{Duration, Instant};
 
 /// How long a batch may wait behind the others at a nearby broker before the window shrinks.
 pub const TARGET: Duration = Duration::from_millis(10);
-/// The same while tenants share a backlog (`fairness`): a quiet tenant's timer, handed over
-/// at once, waits behind what is in flight. A few milliseconds of the broker's work still
-/// keep it busy on a nearby path.
-pub const SHARING_TARGET: Duration = Duration::from_millis(3);
 /// The window a Poller starts with.
 pub const START: usize = 500;
 /// The largest window, whatever the broker's pace.
@@ -33,8 +29,6 @@ pub struct BrokerWindow {
     size: usize,
     /// One batch: the window never closes.
     least: usize,
-    /// [`TARGET`], or [`SHARING_TARGET`] while tenants share a backlog.
-    target: Duration,
     /// What batches took over the last [`BASE_MEMORY`], each shorter than every later one
     /// (a monotonic queue: the front is the shortest).
     shortest: VecDeque<(Instant, Duration)>,
@@ -46,21 +40,12 @@ impl BrokerWindow {
         Self {
             size: START.max(least),
             least,
-            target: TARGET,
             shortest: VecDeque::new(),
         }
     }
 
     pub fn size(&self) -> usize {
         self.size
-    }
-
-    /// Tenants share a backlog, or no longer do: the tolerance follows.
-    pub fn sharing(&mut self, sharing: bool) {
-        self.target = match sharing {
-            true => SHARING_TARGET,
-            false => TARGET,
-        };
     }
 
     /// A batch took `took` at the broker.
@@ -82,7 +67,7 @@ impl BrokerWindow {
         }
         let round_trip = self.shortest.front().map_or(took, |(_, t)| *t);
         let waited = took.saturating_sub(round_trip);
-        let tolerance = self.target + round_trip / 4;
+        let tolerance = TARGET + round_trip / 4;
         if waited > tolerance {
             self.size = (self.size * 3 / 4).max(self.least);
         } else if waited < tolerance / 2 {
@@ -111,23 +96,6 @@ mod tests {
             window.observe(Duration::from_millis(1));
         }
         assert_eq!(window.size(), MAX);
-    }
-
-    #[test]
-    fn while_tenants_share_the_window_keeps_less_in_flight() {
-        let mut window = BrokerWindow::new(100);
-        window.observe(Duration::from_millis(1));
-        let wide = window.size();
-        window.sharing(true);
-        window.observe(Duration::from_millis(6));
-        assert!(
-            window.size() < wide,
-            "6 ms behind the others is too long now"
-        );
-        window.sharing(false);
-        let narrow = window.size();
-        window.observe(Duration::from_millis(5));
-        assert!(window.size() > narrow, "and within the tolerance again");
     }
 
     #[test]

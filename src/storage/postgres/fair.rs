@@ -3,22 +3,17 @@
 //! the claim in `firing` does (locked with `SKIP LOCKED`, updated by `ctid`), by the server's
 //! clock.
 
-use std::collections::BTreeSet;
-
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
 use super::firing::run_claim;
 use crate::domain::timestamp::format_utc;
 use crate::storage::backend::ClaimShares;
-use crate::storage::fair::{TENANTS_PER_WALK, Walked, walked};
+use crate::storage::fair::TENANTS_PER_WALK;
 use crate::storage::{DueBatch, Store, StoreError};
 
 /// The walk (see `storage::fair`): after `$1`, due by `$2` (NULL: the server's clock), at most
-/// `$3` tenants, each with its earliest pending `dueAt` and whether that is due, those in `$4`
-/// not looked into (the tenants with timers held: a burst's range
-/// of claimed rows, and the marked ones not yet vacuumed, is long to step over). PostgreSQL
-/// reads a recursive query only as far as its reader asks.
+/// `$3` tenants. PostgreSQL reads a recursive query only as far as its reader asks.
 const WALK: &str = concat!(
     "WITH RECURSIVE walk(tenant) AS ( \
        SELECT (SELECT tenant_id FROM timer_schedules WHERE tenant_id > $1 \
@@ -29,11 +24,9 @@ const WALK: &str = concat!(
      clock AS MATERIALIZED (SELECT ",
     server_text!("COALESCE($2::timestamptz, statement_timestamp())"),
     " AS now_text) \
-     SELECT l.tenant, l.next_due, COALESCE(l.next_due <= (SELECT now_text FROM clock), false) AS due \
-     FROM (SELECT w.tenant, CASE WHEN w.tenant = ANY ($4::text[]) THEN NULL \
-         ELSE (SELECT s.due_at FROM timer_schedules s WHERE s.tenant_id = w.tenant \
-           AND s.state = 'Scheduled' ORDER BY s.due_at LIMIT 1) END AS next_due \
-       FROM (SELECT tenant FROM walk WHERE tenant IS NOT NULL LIMIT $3) w) l"
+     SELECT w.tenant, EXISTS (SELECT 1 FROM timer_schedules s WHERE s.tenant_id = w.tenant \
+       AND s.state = 'Scheduled' AND s.due_at <= (SELECT now_text FROM clock)) AS due \
+     FROM (SELECT tenant FROM walk WHERE tenant IS NOT NULL LIMIT $3) w"
 );
 
 /// The claim: `$1` claimant, `$2` lease in milliseconds, `$3` share per tenant, `$4` the
@@ -71,13 +64,12 @@ const CLAIM: &str = concat!(
      FROM clock LEFT JOIN claimed c ON true"
 );
 
-/// The tenants after `resume_after` holding rows (see `Backend::walk_tenants`).
+/// The tenants after `resume_after` holding rows, each with whether a timer of theirs is due.
 pub(super) async fn walk(
     store: &Store,
     callers_now: Option<DateTime<Utc>>,
     resume_after: Option<&str>,
-    skip: &BTreeSet<String>,
-) -> Result<Vec<Walked>, StoreError> {
+) -> Result<Vec<(String, bool)>, StoreError> {
     let statement = Statement::from_sql_and_values(
         DbBackend::Postgres,
         WALK,
@@ -85,10 +77,12 @@ pub(super) async fn walk(
             Value::from(resume_after.unwrap_or("").to_owned()),
             callers_now.map(format_utc).into(),
             (TENANTS_PER_WALK as i64).into(),
-            skip.iter().cloned().collect::<Vec<String>>().into(),
         ],
     );
-    walked(&store.db.query_all_raw(statement).await?)
+    let rows = store.db.query_all_raw(statement).await?;
+    rows.iter()
+        .map(|row| Ok((row.try_get("", "tenant")?, row.try_get("", "due")?)))
+        .collect()
 }
 
 /// Claims up to `share` due timers of each of `tenants`.

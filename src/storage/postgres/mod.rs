@@ -9,7 +9,6 @@
 //! - `names`: taking a daemon's name, watching a recent holder's row.
 //! - each commit says itself whether it waits for the disk; there is no file of ours to watch.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +17,6 @@ use sea_orm::sea_query::{Expr, SimpleExpr};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr};
 
 use super::backend::{Backend, ClaimDue, ClaimShares, Now};
-use super::fair::Walked;
 use super::{DueBatch, NameHold, Store, StoreError};
 use crate::domain::DueTimer;
 
@@ -122,9 +120,8 @@ impl Backend for Postgres {
         store: &Store,
         now: Now,
         resume_after: Option<&str>,
-        skip: &BTreeSet<String>,
-    ) -> Result<Vec<Walked>, StoreError> {
-        fair::walk(store, callers_now(now), resume_after, skip).await
+    ) -> Result<Vec<(String, bool)>, StoreError> {
+        fair::walk(store, callers_now(now), resume_after).await
     }
 
     async fn claim_shares(

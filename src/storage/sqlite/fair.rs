@@ -3,34 +3,28 @@
 //! timers through the tenant's own index range and claims them. SQLite's one writer needs no
 //! lock, and one statement is a transaction of its own.
 
-use std::collections::BTreeSet;
-
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 
 use crate::domain::timestamp::format_utc;
 use crate::storage::backend::ClaimShares;
-use crate::storage::fair::{TENANTS_PER_WALK, Walked, walked};
+use crate::storage::fair::TENANTS_PER_WALK;
 use crate::storage::rows::due_timer;
 use crate::storage::{DueBatch, Store, StoreError};
 
 /// The walk over the tenants holding rows, after `?1` (`''` for all), at most `?3` of them (a
-/// limit in the recursion is where SQLite stops it), each with its earliest pending `dueAt` and
-/// whether that is due at `?2`, but for those in the JSON array `?4` (the tenants with timers
-/// held, whose due rows a burst may have made a long range of claimed ones). One index step per
-/// tenant.
+/// limit in the recursion is where SQLite stops it), each with whether a timer of theirs is due
+/// at `?2`. One index step per tenant.
 const WALK: &str = "WITH RECURSIVE walk(tenant) AS ( \
        SELECT (SELECT tenant_id FROM timer_schedules WHERE tenant_id > ?1 \
          ORDER BY tenant_id LIMIT 1) \
        UNION ALL \
        SELECT (SELECT tenant_id FROM timer_schedules WHERE tenant_id > walk.tenant \
          ORDER BY tenant_id LIMIT 1) FROM walk WHERE walk.tenant IS NOT NULL \
-       LIMIT ?3), \
-     looked AS (SELECT tenant, CASE WHEN tenant IN (SELECT value FROM json_each(?4)) THEN NULL \
-         ELSE (SELECT s.due_at FROM timer_schedules s WHERE s.tenant_id = walk.tenant \
-           AND s.state = 'Scheduled' ORDER BY s.due_at LIMIT 1) END AS next_due \
-       FROM walk WHERE tenant IS NOT NULL) \
-     SELECT tenant, next_due, COALESCE(next_due <= ?2, 0) AS due FROM looked";
+       LIMIT ?3) \
+     SELECT tenant, EXISTS (SELECT 1 FROM timer_schedules s WHERE s.tenant_id = walk.tenant \
+       AND s.state = 'Scheduled' AND s.due_at <= ?2) AS due \
+     FROM walk WHERE tenant IS NOT NULL";
 
 /// One tenant's share: `tenant`, now, now, claimant, fence, share. The claim joins one per
 /// served tenant with `UNION ALL` (at most 500 selects in one statement, hence
@@ -45,10 +39,7 @@ pub(super) async fn walk(
     store: &Store,
     now: DateTime<Utc>,
     resume_after: Option<&str>,
-    skip: &BTreeSet<String>,
-) -> Result<Vec<Walked>, StoreError> {
-    // A set of strings always serializes; the claim leaves out `skip` whatever the walk says.
-    let skip = serde_json::to_string(skip).unwrap_or_else(|_| "[]".to_owned());
+) -> Result<Vec<(String, bool)>, StoreError> {
     let statement = Statement::from_sql_and_values(
         DbBackend::Sqlite,
         WALK,
@@ -56,10 +47,23 @@ pub(super) async fn walk(
             Value::from(resume_after.unwrap_or("").to_owned()),
             format_utc(now).into(),
             (TENANTS_PER_WALK as i64).into(),
-            skip.into(),
         ],
     );
-    walked(&store.db.query_all_raw(statement).await?)
+    walked(store.db.query_all_raw(statement).await?)
+}
+
+/// The tenants a walk found and whether each has a timer due.
+fn walked(rows: Vec<QueryResult>) -> Result<Vec<(String, bool)>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let tenant: String = row.try_get("", "tenant")?;
+            // SQLite answers EXISTS with an integer.
+            let due = row
+                .try_get::<bool>("", "due")
+                .or_else(|_| row.try_get::<i64>("", "due").map(|n| n != 0))?;
+            Ok((tenant, due))
+        })
+        .collect()
 }
 
 /// See `Backend::claim_shares`: one statement, a share per tenant.

@@ -10,7 +10,6 @@
 //!   configured level for durable work only.
 //! - the checks only a file has: its identity at its path, the free space of its disk.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +20,6 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, E
 
 use super::backend::{Backend, ClaimDue, ClaimShares, Now};
 use super::db::{FileIdentity, SqliteSettings, Synchronous, checkpoint, free_bytes};
-use super::fair::Walked;
 use super::{DueBatch, MIN_FREE_BYTES, NameHold, Store, StoreError, daemons};
 use crate::domain::DueTimer;
 use crate::domain::timestamp::format_utc;
@@ -186,9 +184,8 @@ impl Backend for Sqlite {
         store: &Store,
         now: Now,
         resume_after: Option<&str>,
-        skip: &BTreeSet<String>,
-    ) -> Result<Vec<Walked>, StoreError> {
-        fair::walk(store, now.at, resume_after, skip).await
+    ) -> Result<Vec<(String, bool)>, StoreError> {
+        fair::walk(store, now.at, resume_after).await
     }
 
     async fn claim_shares(
