@@ -25,23 +25,13 @@ async fn overlapping_cancels_count_each_timer_once_and_leave_none_pending() {
     client.api_ready().await;
 
     let now = Utc::now();
-    let ids = |prefix: &str, n: usize| -> Vec<String> {
-        (0..n).map(|i| format!("{prefix}-{i:05}")).collect()
-    };
-    client
-        .schedule_many(
-            "acme",
-            &ids("in", IN_RANGE),
-            now + chrono::Duration::minutes(90),
-        )
-        .await;
-    client
-        .schedule_many(
-            "acme",
-            &ids("after", AFTER),
-            now + chrono::Duration::hours(5),
-        )
-        .await;
+    for (prefix, n, due) in [
+        ("in", IN_RANGE, now + chrono::Duration::minutes(90)),
+        ("after", AFTER, now + chrono::Duration::hours(5)),
+    ] {
+        let ids: Vec<String> = (0..n).map(|i| format!("{prefix}-{i:05}")).collect();
+        client.schedule_many("acme", &ids, due).await;
+    }
     client.barrier("acme").await;
 
     let range = json!({

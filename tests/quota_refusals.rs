@@ -59,9 +59,10 @@ async fn collect_rejections(
     seen
 }
 
-/// The keys of `tenant` with a row, read on a connection of the test's own.
-async fn stored_keys(scratch: &Scratch, tenant: &str) -> BTreeSet<String> {
-    let sql = format!("SELECT service_call_id FROM timer_schedules WHERE tenant_id = '{tenant}'");
+/// The keys of `tenant` with a row in `table` (`timer_schedules`: stored; `command_refusals`:
+/// refused for a quota, recorded), read on a connection of the test's own.
+async fn keys_in(scratch: &Scratch, table: &str, tenant: &str) -> BTreeSet<String> {
+    let sql = format!("SELECT service_call_id FROM {table} WHERE tenant_id = '{tenant}'");
     common::query_rows(&scratch.database(), &sql, |row| {
         row.try_get_by_index::<String>(0).expect("service_call_id")
     })
@@ -125,8 +126,8 @@ async fn a_command_refused_for_its_quota_is_never_stored_from_a_later_copy() {
     // failed, which leaves it in the log only: docs/CONTRACT.md §3).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let (stored, recorded) = loop {
-        let stored = stored_keys(&scratch, "acme").await;
-        let recorded = recorded_refusals(&scratch, "acme").await;
+        let stored = keys_in(&scratch, "timer_schedules", "acme").await;
+        let recorded = keys_in(&scratch, "command_refusals", "acme").await;
         if stored.union(&recorded).count() == SENT {
             break (stored, recorded);
         }
@@ -186,17 +187,6 @@ async fn a_command_refused_for_its_quota_is_never_stored_from_a_later_copy() {
     drop(daemon);
 }
 
-/// The keys of `tenant` whose refusal for a quota is recorded.
-async fn recorded_refusals(scratch: &Scratch, tenant: &str) -> BTreeSet<String> {
-    let sql = format!("SELECT service_call_id FROM command_refusals WHERE tenant_id = '{tenant}'");
-    common::query_rows(&scratch.database(), &sql, |row| {
-        row.try_get_by_index::<String>(0).expect("service_call_id")
-    })
-    .await
-    .into_iter()
-    .collect()
-}
-
 /// A migrated database of the test's own, its store deciding by the instants the test passes.
 async fn store() -> (Scratch, Store) {
     let scratch = Scratch::new();
@@ -243,7 +233,7 @@ async fn refused_at(store: &Store, commands: &[Command], quotas: &Quotas, ms: i6
 }
 
 async fn keys(scratch: &Scratch) -> BTreeSet<String> {
-    stored_keys(scratch, "acme").await
+    keys_in(scratch, "timer_schedules", "acme").await
 }
 
 #[tokio::test]

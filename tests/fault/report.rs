@@ -339,7 +339,8 @@ fn logged_of<'a>(run: &'a Run, verdict: &Verdict, key: &super::history::Key) -> 
             line[at + id.len()..].starts_with([' ', ',', '}']) || line.len() == at + id.len()
         })
     };
-    run.daemon_log
+    let during: Vec<&str> = run
+        .daemon_log
         .iter()
         .filter(|line| {
             line.split_whitespace()
@@ -347,9 +348,22 @@ fn logged_of<'a>(run: &'a Run, verdict: &Verdict, key: &super::history::Key) -> 
                 .and_then(|stamp| stamp.parse::<Instant>().ok())
                 .is_some_and(|at| from <= at && at <= to)
         })
-        .filter(|line| names_key(line) || (line.contains(&tenant) && line.contains("CancelTimers")))
-        .take(LOGGED_LINES)
         .map(String::as_str)
+        .collect();
+    // Every line naming the key; its tenant's CancelTimers fill what is left of the limit (a
+    // busy tenant logs dozens, which must not crowd the key's own lines out).
+    let named = during.iter().filter(|line| names_key(line)).count();
+    let mut cancels = LOGGED_LINES.saturating_sub(named);
+    during
+        .into_iter()
+        .filter(|line| {
+            names_key(line)
+                || (cancels > 0 && line.contains(&tenant) && line.contains("CancelTimers") && {
+                    cancels -= 1;
+                    true
+                })
+        })
+        .take(LOGGED_LINES)
         .collect()
 }
 
@@ -360,7 +374,7 @@ const LOGGED_LINES: usize = 40;
 mod tests {
     use super::super::checker::check;
     use super::super::checker::tests::{event, run, schedule, t};
-    use super::logged_of;
+    use super::{LOGGED_LINES, logged_of};
 
     #[test]
     fn a_keys_story_shows_the_lines_naming_it_and_its_tenants_cancels_while_it_lasted() {
@@ -403,5 +417,34 @@ mod tests {
         assert!(lines[0].ends_with("sequence=3"));
         assert!(lines[1].contains("CancelTimers begins tenant_id=acme"));
         assert!(lines[2].contains("DueTimeReached published"));
+    }
+
+    #[test]
+    fn a_busy_tenants_cancels_do_not_crowd_the_keys_own_lines_out() {
+        let mut history = run(
+            vec![schedule("k1", 5_000, 1_000)],
+            vec![event("k1", 5_000, 5_010, 5_020)],
+            vec![],
+        );
+        let at = |ms: i64| t(ms).to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        history.daemon_log = (0..100)
+            .map(|n| {
+                format!(
+                    "{} INFO CancelTimers begins tenant_id=acme sequence={n}",
+                    at(2_000)
+                )
+            })
+            .chain([format!(
+                "{} DEBUG DueTimeReached published tenant_id=acme service_call_id=k1",
+                at(5_015)
+            )])
+            .collect();
+        let verdict = check(&history);
+        let lines = logged_of(&history, &verdict, &history.ops[0].key);
+        assert_eq!(lines.len(), LOGGED_LINES);
+        assert!(
+            lines[LOGGED_LINES - 1].contains("service_call_id=k1"),
+            "{lines:#?}"
+        );
     }
 }
