@@ -202,7 +202,7 @@ impl Daemon {
                 )),
                 publisher,
                 clock: clock.clone(),
-                subjects,
+                subjects: subjects.clone(),
                 max_in_flight_per_tenant: config.api.max_in_flight_per_tenant,
             }),
             ChildSpec::of::<Janitor>(JanitorArgs {
@@ -227,10 +227,22 @@ impl Daemon {
             );
         }
         if let Some((listen, metrics)) = metrics {
+            let console = config
+                .console
+                .enabled()
+                .then(|| crate::console::ConsoleArgs {
+                    settings: config.console.clone(),
+                    registry: registry.clone(),
+                    health: health.clone(),
+                    subjects: subjects.clone(),
+                    daemon: name.to_owned(),
+                    quotas: quotas.subscribe(),
+                });
             children.push(ChildSpec::of::<Http>(HttpArgs {
                 listen,
                 metrics,
                 health: health.clone(),
+                console,
             }));
         }
         let actor_names = children.iter().map(|c| c.name).collect();

@@ -22,6 +22,10 @@ use serde::Serialize;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Status {
     pub broker_connected: bool,
+    /// The broker objects the service relies on (the streams and the command consumers) were
+    /// found or made once: a client may create its consumer of the event stream as soon as
+    /// `/readyz` is 200.
+    pub streams_ready: bool,
     /// The cause of the last failed database operation, while the database fails.
     pub storage_error: Option<String>,
     /// Actors that are not running (failed, waiting for their restart).
@@ -37,6 +41,8 @@ impl Status {
         let mut problems = Vec::new();
         if !self.broker_connected {
             problems.push("broker: not connected".to_owned());
+        } else if !self.streams_ready {
+            problems.push("broker: the streams are not ready yet".to_owned());
         }
         if let Some(error) = &self.storage_error {
             problems.push(format!("database: {error}"));
@@ -73,9 +79,26 @@ pub struct Health {
     inner: Arc<Mutex<Inner>>,
 }
 
+/// One actor's life so far, as the Supervisor saw it: what the console shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActorLife {
+    pub name: String,
+    pub running: bool,
+    /// When it was last started (UTC, `YYYY-MM-DDTHH:MM:SS.sssZ`).
+    pub started_at: String,
+    /// Times it was started again after a failure.
+    pub restarts: u32,
+    /// Why it last failed, and when.
+    pub last_failure: Option<String>,
+    pub last_failure_at: Option<String>,
+}
+
 #[derive(Debug)]
 struct Inner {
     status: Status,
+    /// Every actor started, in the order first started.
+    actors: Vec<ActorLife>,
     /// When a database write last committed (or the daemon started: a grace period to prove
     /// the database the first time).
     last_write: Instant,
@@ -116,6 +139,7 @@ impl Health {
         Self {
             inner: Arc::new(Mutex::new(Inner {
                 status: Status::default(),
+                actors: Vec::new(),
                 last_write: Instant::now(),
                 waiting_since: BTreeMap::new(),
                 stale: false,
@@ -188,17 +212,57 @@ impl Health {
         metrics::gauge!(crate::telemetry::STORAGE_OK).set(0.0);
     }
 
+    /// The streams and the command consumers were found or made.
+    pub fn streams_ready(&self) {
+        self.lock().status.streams_ready = true;
+    }
+
     /// The broker objects cannot be used as they are (`Some`), or again can (`None`).
     pub fn intake_refused(&self, reason: Option<String>) {
         self.lock().status.intake_refused = reason;
     }
 
     pub fn actor_down(&self, actor: &str) {
-        self.lock().status.actors_down.insert(actor.to_owned());
+        let mut inner = self.lock();
+        inner.status.actors_down.insert(actor.to_owned());
+        if let Some(life) = inner.actors.iter_mut().find(|a| a.name == actor) {
+            life.running = false;
+        }
+    }
+
+    /// `actor` failed (or stopped when it should not have) for `reason`.
+    pub fn actor_failed(&self, actor: &str, reason: &str) {
+        let now = crate::domain::timestamp::format_utc(chrono::Utc::now());
+        if let Some(life) = self.lock().actors.iter_mut().find(|a| a.name == actor) {
+            life.last_failure = Some(reason.to_owned());
+            life.last_failure_at = Some(now);
+        }
     }
 
     pub fn actor_up(&self, actor: &str) {
-        self.lock().status.actors_down.remove(actor);
+        let now = crate::domain::timestamp::format_utc(chrono::Utc::now());
+        let mut inner = self.lock();
+        inner.status.actors_down.remove(actor);
+        match inner.actors.iter_mut().find(|a| a.name == actor) {
+            Some(life) => {
+                life.running = true;
+                life.started_at = now;
+                life.restarts += 1;
+            }
+            None => inner.actors.push(ActorLife {
+                name: actor.to_owned(),
+                running: true,
+                started_at: now,
+                restarts: 0,
+                last_failure: None,
+                last_failure_at: None,
+            }),
+        }
+    }
+
+    /// Every actor started so far, and how its life went.
+    pub fn actors(&self) -> Vec<ActorLife> {
+        self.lock().actors.clone()
     }
 
     /// Makes the last committed write `age` old: for tests of the proof's age.
@@ -226,6 +290,11 @@ mod tests {
         let health = Health::new();
         assert_eq!(health.status().problems(), ["broker: not connected"]);
         health.set_broker_connected(true);
+        assert_eq!(
+            health.status().problems(),
+            ["broker: the streams are not ready yet"]
+        );
+        health.streams_ready();
         assert!(health.status().problems().is_empty());
         health.storage_failed("database or disk is full");
         health.actor_down("poller");
@@ -242,9 +311,26 @@ mod tests {
     }
 
     #[test]
+    fn an_actors_life_counts_its_restarts_and_keeps_why_it_failed() {
+        let health = Health::new();
+        health.actor_up("poller");
+        health.actor_down("poller");
+        health.actor_failed("poller", "panicked: a bug");
+        let down = &health.actors()[0];
+        assert!(!down.running);
+        assert_eq!(down.restarts, 0);
+        health.actor_up("poller");
+        let up = &health.actors()[0];
+        assert!(up.running);
+        assert_eq!(up.restarts, 1);
+        assert_eq!(up.last_failure.as_deref(), Some("panicked: a bug"));
+    }
+
+    #[test]
     fn a_write_proof_too_old_is_a_storage_problem_until_the_next_commit() {
         let health = Health::new();
         health.set_broker_connected(true);
+        health.streams_ready();
         health.age_write_proof(STORAGE_PROOF_MAX_AGE - Duration::from_millis(500));
         assert!(health.status().problems().is_empty(), "still fresh enough");
         health.age_write_proof(STORAGE_PROOF_MAX_AGE + Duration::from_millis(500));
@@ -270,6 +356,7 @@ mod tests {
     fn an_operation_waiting_too_long_is_a_storage_problem_until_it_ends() {
         let health = Health::new();
         health.set_broker_connected(true);
+        health.streams_ready();
         health.waiting_on_database("writer", true);
         health.waiting_on_database("firing", true);
         assert!(health.status().problems().is_empty(), "a wait just begun");

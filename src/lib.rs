@@ -14,7 +14,7 @@
 //!   `quota` (per-tenant limits and the decision for one command), `events` (the envelopes
 //!   published), `expiry` (`expireAfter`, and whether a firing comes too late), `data` (a timer's JSON data, kept as the text the client wrote), `trace` (a
 //!   command's W3C trace context), `api` (API requests and replies), `subjects`, `envelope`,
-//!   `timestamp`, `schema_types` (field rules named in the JSON Schemas).
+//!   `census` (the console's overview), `timestamp`, `schema_types` (field rules named in the JSON Schemas).
 //! - [`ports`]: the traits the core depends on: [`ports::EventBus`], [`ports::CommandSource`],
 //!   [`ports::Clock`], the API's server and publisher (test doubles: `tests/common/doubles.rs`).
 //! - [`nats`]: the JetStream adapter, the only code that speaks to the broker: `connection`,
@@ -26,7 +26,7 @@
 //!   `error` its errors; `backend` (the trait where SQLite and PostgreSQL differ), implemented
 //!   by `sqlite/` and `postgres/`, each with its `firing` (claim, mark) and `fair` SQL and its
 //!   clock (`postgres/names` too); one shared module per family of queries: `commands`,
-//!   `firing`, `fair` (claims by tenant in turn), `queries`, `quotas`, `retention`, `probe`;
+//!   `firing`, `fair` (claims by tenant in turn), `queries`, `quotas`, `retention`, `probe`, `census`;
 //!   `rows` (rows ↔ domain), the entities, `db` (connecting, migrating, checkpoints), `profile`
 //!   (what the rest of the daemon asks of a database instead of matching on it),
 //!   `reader` (reader connections and the time limit of their reads), `backup` (a consistent
@@ -39,12 +39,17 @@
 //!   (commands the stream holds that no consumer reads) — and the
 //!   Registry.
 //! - [`config`]: `config.toml` + `TIMER_*` environment overrides (`env`, `validate`,
-//!   `duration`, `redact`, `sqlite`, `postgres`, `quotas`, `metrics`, `api`, `changes`,
-//!   `service_links`: Kubernetes' variables under our prefix, ignored).
+//!   `duration`, `redact`, `sqlite`, `postgres`, `quotas`, `metrics`, `api`, `console`,
+//!   `changes`, `service_links`: Kubernetes' variables under our prefix, ignored).
+//! - [`console`]: the web console on the HTTP listener: its routes, `auth` (tokens), `api`
+//!   (the query API's requests handed to the ApiResponder, the overview) and `assets` (the
+//!   page and its files from `console/`, inside the binary).
 //! - [`backoff`]: the retry delays. [`stop`]: the one budget of a graceful stop, and what each
 //!   step keeps of it. [`health`]: what the daemon knows of its own health.
 //!   [`turns`]: a queue whose keys (tenants) take turns.
-//! - [`telemetry`]: metric names, the Prometheus recorder, and log formats.
+//! - [`telemetry`]: metric names, the Prometheus recorder, and log formats; `recent` (each
+//!   tenant's last five minutes) and `lanes` (each lane's depth and recent waits) for the
+//!   console.
 //! - [`schemas`]: the JSON Schemas of every message and API request and reply, generated from
 //!   the domain's types (`timer-service schema` writes them to `schema/`).
 //! - [`client`]: a client of the public contract; [`cli`]: the `timer-service timers` commands;
@@ -58,6 +63,7 @@ pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod console;
 pub mod daemon;
 pub mod domain;
 pub mod health;

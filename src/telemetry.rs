@@ -15,6 +15,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::domain::RejectionKind;
 
+pub mod lanes;
+pub mod recent;
 pub mod spans;
 mod tenant_labels;
 pub use tenant_labels::TenantLabels;
@@ -119,22 +121,28 @@ pub fn tenant_labels() -> &'static TenantLabels {
 }
 
 /// Counts a fired timer, `lateness` after its `dueAt`, under its tenant's label if it has one
-/// (the unlabelled totals are the caller's).
-pub fn record_fired(tenant_id: &str, lateness: Duration) {
+/// (the unlabelled totals are the caller's), and a TimerExpired in the total and under the
+/// label too.
+/// It is also kept in the tenant's recent activity (`recent`), as a TimerExpired when `expired`.
+pub fn record_fired(tenant_id: &str, lateness: Duration, expired: bool) {
     tenant_labels().record_fired(tenant_id, lateness);
-}
-
-/// Counts a timer fired as TimerExpired, in the total and under its tenant's label if it has
-/// one.
-pub fn record_expired(tenant_id: &str) {
-    metrics::counter!(EXPIRED).increment(1);
-    tenant_labels().record_expired(tenant_id);
+    if expired {
+        metrics::counter!(EXPIRED).increment(1);
+        tenant_labels().record_expired(tenant_id);
+    }
+    recent::recent().fired(tenant_id, lateness, expired, recent::now_ms());
 }
 
 /// Counts a rejected command under its tenant's label if it has one (the unlabelled total is
-/// the caller's).
+/// the caller's), and in its recent activity.
 pub fn record_rejected(tenant_id: &str, kind: RejectionKind) {
     tenant_labels().record_rejected(tenant_id, kind);
+    recent::recent().rejected(tenant_id, recent::now_ms());
+}
+
+/// Counts `n` stored commands of a tenant in its recent activity (the total is the caller's).
+pub fn record_accepted(tenant_id: &str, n: u32) {
+    recent::recent().accepted(tenant_id, n, recent::now_ms());
 }
 
 fn describe() {

@@ -123,12 +123,7 @@ async fn the_api_cancels_what_its_filter_selects_and_counts_it_and_a_dry_run_can
         assert_eq!(code, Some(400), "{bad}: {body}");
     }
     // Every CancelTimers the API published was applied from the stream too, and acknowledged.
-    eventually(
-        Duration::from_secs(10),
-        "the command stream to be empty",
-        || async { (client.commands_outstanding().await == 0).then_some(()) },
-    )
-    .await;
+    client.await_commands_applied(Duration::from_secs(10)).await;
 }
 
 /// A cancel of thousands, published as a command between schedules: the timers whose last
@@ -160,12 +155,7 @@ async fn a_cancel_many_keeps_its_place_in_the_stream_against_racing_schedules() 
     client.schedule_many("acme", &fresh, due).await;
     // The commands behind it were not held up by it.
     client.barrier("acme").await;
-    eventually(
-        Duration::from_secs(60),
-        "every command to be applied",
-        || async { (client.commands_outstanding().await == 0).then_some(()) },
-    )
-    .await;
+    client.await_commands_applied(Duration::from_secs(60)).await;
     let acme = states(&client, "acme").await;
     let mut scheduled = acme["Scheduled"].clone();
     scheduled.sort();
@@ -212,7 +202,9 @@ async fn begin_a_long_cancel(client: &TestClient, database: &DatabaseTarget) -> 
     let ids: Vec<String> = (0..CUT_TOTAL).map(|i| format!("k-{i:06}")).collect();
     let due = Utc::now() + chrono::Duration::hours(1);
     client.schedule_many("acme", &ids, due).await;
-    client.barrier("acme").await;
+    // Every one stored before the cancel is sent: a barrier's 15 s is too short for 40,000 on
+    // PostgreSQL beside the rest of the suite on a slow machine.
+    client.await_commands_applied(Duration::from_secs(90)).await;
     client
         .publish_raw(
             "timer.cmd.cancel-many.acme",
@@ -256,12 +248,7 @@ async fn assert_finished_with(client: &TestClient, database: &DatabaseTarget, to
         (cancelled(database).await == total).then_some(())
     })
     .await;
-    eventually(
-        Duration::from_secs(30),
-        "the command stream to be empty",
-        || async { (client.commands_outstanding().await == 0).then_some(()) },
-    )
-    .await;
+    client.await_commands_applied(Duration::from_secs(30)).await;
     let by_state = common::rows_by_state(database).await;
     assert_eq!(by_state.get("Scheduled"), None, "{by_state:?}");
 }

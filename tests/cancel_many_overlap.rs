@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually, rfc3339};
+use common::{DaemonProcess, NatsServer, Scratch, TestClient, rfc3339};
 use serde_json::{Value, json};
 
 /// Timers due within the range both cancels select, and after it (only `all` selects those).
@@ -71,12 +71,7 @@ async fn overlapping_cancels_count_each_timer_once_and_leave_none_pending() {
     )
     .await;
     assert!(stamps[0] <= 2, "{} distinct cancels stamped", stamps[0]);
-    eventually(
-        Duration::from_secs(30),
-        "the command stream to be empty",
-        || async { (client.commands_outstanding().await == 0).then_some(()) },
-    )
-    .await;
+    client.await_commands_applied(Duration::from_secs(30)).await;
     daemon.signal(libc::SIGTERM);
     assert!(daemon.wait_exit(Duration::from_secs(25)).await.success());
 }

@@ -95,7 +95,8 @@ async fn commands_held_at_a_kill_come_back_within_seconds() {
     client.wait_for_command_stream().await;
 
     let due_at = common::millis(Utc::now() + chrono::Duration::seconds(2));
-    let ids: Vec<String> = (0..20_000).map(|i| format!("h-{i}")).collect();
+    // Enough that some are held at the kill; more only measures the machine's ingest rate.
+    let ids: Vec<String> = (0..10_000).map(|i| format!("h-{i}")).collect();
     client.schedule_many("acme", &ids, due_at).await;
     // The daemon is still storing them: some are delivered to it and not yet acknowledged.
     eventually(

@@ -67,6 +67,14 @@ impl Published {
         }
     }
 
+    /// Whether every publication seen came at or after its timer's `dueAt`.
+    fn none_early(&self) -> bool {
+        self.by_id
+            .values()
+            .flatten()
+            .all(|(due, arrived)| arrived >= due)
+    }
+
     /// Waits until every one of `ids` was published at least once.
     async fn await_all(&mut self, ids: &[String], timeout: Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -138,10 +146,12 @@ async fn a_killed_daemons_timers_are_taken_over_and_nothing_is_lost() {
     };
     let server = NatsServer::start();
     let client = TestClient::connect(&server).await;
-    let lease = Duration::from_secs(2);
+    // Long enough that a survivor slowed by a busy machine does not see its own claims lapse
+    // (which would publish a timer twice without d2), short enough to wait out.
+    let lease = Duration::from_secs(4);
     let mut daemons: Vec<Option<DaemonProcess>> = ["d1", "d2", "d3"]
         .iter()
-        .map(|name| Some(daemon(&server, &scratch, name, "2s")))
+        .map(|name| Some(daemon(&server, &scratch, name, "4s")))
         .collect();
     client.wait_for_command_stream().await;
     let mut published = Published::subscribe(&client, "timer.evt.due.acme").await;
@@ -249,15 +259,86 @@ async fn the_last_daemon_standing_fires_everything() {
     }
     published.await_all(&ids, Duration::from_secs(30)).await;
     assert!(
-        published
-            .by_id
-            .values()
-            .flatten()
-            .all(|(due, arrived)| arrived >= due)
+        published.none_early(),
+        "a timer was published before its dueAt"
     );
     let last = daemons.pop().unwrap();
     last.signal(libc::SIGTERM);
     assert!(last.wait_exit(Duration::from_secs(10)).await.success());
+}
+
+/// A daemon stopped gracefully while it holds claimed timers it has not published (queued
+/// behind a slow broker path) gives those claims up as it exits: a daemon of another name fires
+/// them at once, not when their 30 s lease lapses (docs/CONTRACT.md §8, "Takeover").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_daemons_unpublished_claims_fire_at_once_on_the_others() {
+    let Some(scratch) = postgres_scratch() else {
+        return;
+    };
+    let server = NatsServer::start();
+    let client = TestClient::connect(&server).await;
+    let proxy = common::net_proxy::NetProxy::start(server.port).await;
+    let slow = DaemonProcess::start_with(
+        &server,
+        &scratch,
+        &[
+            ("TIMER_NAME", "slow"),
+            ("TIMER_CLAIM_LEASE", "30s"),
+            ("TIMER_BROKER_URL", proxy.url().as_str()),
+        ],
+    );
+    client.wait_for_command_stream().await;
+    let mut published = Published::subscribe(&client, "timer.evt.due.acme").await;
+    let ids = ids("q", 5000);
+    let due = Utc::now() + chrono::Duration::seconds(3);
+    schedule_spread(&client, &ids, due, Duration::ZERO).await;
+    eventually(Duration::from_secs(20), "every command stored", || async {
+        (client.commands_outstanding().await == 0).then_some(())
+    })
+    .await;
+    // Its events now take 300 ms each way: most of what it claims waits in its queue.
+    proxy.latency(Duration::from_millis(300));
+    while Utc::now() < due + chrono::Duration::milliseconds(300) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    slow.signal(libc::SIGTERM);
+    let log = slow
+        .await_log("claims given up", Duration::from_secs(25))
+        .await;
+    assert!(slow.wait_exit(Duration::from_secs(25)).await.success());
+    let given_up: u64 = log
+        .lines()
+        .find(|line| line.contains("claims given up"))
+        .and_then(|line| line.split("claims=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("the count of claims given up");
+    assert!(given_up > 0, "the stopped daemon held no unpublished claim");
+
+    let other = daemon(&server, &scratch, "other", "30s");
+    published.await_all(&ids, Duration::from_secs(40)).await;
+    let latest = published
+        .by_id
+        .values()
+        .map(|firings| firings[0].1)
+        .max()
+        .unwrap();
+    assert!(
+        published.none_early(),
+        "a timer was published before its dueAt"
+    );
+    eprintln!(
+        "the stopped daemon gave up {given_up} claims; the last of {} timers fired {} ms after its dueAt",
+        ids.len(),
+        (latest - due).num_milliseconds()
+    );
+    assert!(
+        latest < due + chrono::Duration::seconds(12),
+        "the given-up claims fired {} ms after their dueAt: they waited for the lease",
+        (latest - due).num_milliseconds()
+    );
+    other.signal(libc::SIGTERM);
+    assert!(other.wait_exit(Duration::from_secs(10)).await.success());
 }
 
 /// Three daemons pull from the shared consumer at once and write to one table concurrently;

@@ -1,8 +1,12 @@
-//! A reschedule that commits while a PostgreSQL mark waits for the row: the mark must leave
-//! the row `Scheduled` at its new `dueAt`, so the timer still fires then (docs/CONTRACT.md §3,
-//! "a reschedule after the claim wins"). The mark waits for the row's lock and then sees the
-//! row's newest version; whether it still matches is decided by the conditions on the updated
-//! row alone, whatever the server's minor release does with rows found by `ctid`.
+//! Commands that commit while a PostgreSQL mark waits for the row (docs/CONTRACT.md §3, "when
+//! a cancel races the firing"). The mark waits for the row's lock and then meets the row's
+//! newest version:
+//! - a reschedule must win: the row stays `Scheduled` at its new `dueAt`, so the timer still
+//!   fires then; that is decided by the conditions on the updated row alone, whatever the
+//!   server's minor release does with rows found by `ctid`;
+//! - a refused cancel (the row keeps its claim and `dueAt`, only the cancel's place in the
+//!   stream is written) must not: the timer was published, and a row left `Scheduled` with the
+//!   claim would be claimed and published again.
 //!
 //! Needs PostgreSQL (SQLite has one writer: nothing can wait for a row): it runs in the
 //! PostgreSQL run (`TEST_DATABASE=postgres`) and says so otherwise.
@@ -28,6 +32,48 @@ async fn a_reschedule_committed_while_the_mark_waits_for_the_row_is_not_marked()
     let Some(scratch) = Scratch::postgres_only("a mark waiting for a row") else {
         return;
     };
+    let reschedule = format!(
+        "UPDATE timer_schedules SET due_at = '{}', command_seq = 2, \
+         claimed_by = NULL, claim_until = NULL \
+         WHERE tenant_id = 'a' AND service_call_id = 'x'",
+        format_utc(at(500))
+    );
+    let (store, marked) = mark_while_another_writes_the_row(&scratch, &reschedule).await;
+    assert_eq!(marked, 0, "the rescheduled timer is not marked Reached");
+    let row = store.get("a", "x").await.unwrap().unwrap();
+    assert_eq!(
+        (row.state, row.due_at),
+        (TimerState::Scheduled, Some(at(500))),
+        "the timer is still pending at its new dueAt"
+    );
+    let again = store.claim_due(at(500), None, 10, &claimant()).await;
+    assert_eq!(again.unwrap().timers.len(), 1, "and fires then");
+}
+
+#[tokio::test]
+async fn a_refused_cancel_committed_while_the_mark_waits_for_the_row_is_marked_all_the_same() {
+    let Some(scratch) = Scratch::postgres_only("a mark waiting for a row") else {
+        return;
+    };
+    // What a cancel meeting a claimed timer writes: its place in the stream, nothing else.
+    let refused_cancel = "UPDATE timer_schedules SET command_seq = 2 \
+         WHERE tenant_id = 'a' AND service_call_id = 'x'";
+    let (store, marked) = mark_while_another_writes_the_row(&scratch, refused_cancel).await;
+    assert_eq!(marked, 1, "the published timer is marked Reached");
+    let row = store.get("a", "x").await.unwrap().unwrap();
+    assert_eq!(row.state, TimerState::Reached);
+    let again = store.claim_due(at(500), None, 10, &claimant()).await;
+    assert_eq!(
+        again.unwrap().timers.len(),
+        0,
+        "and is not claimed to be published again"
+    );
+}
+
+/// Schedules `a/x` at `at(100)` and claims it; then `write` runs in another connection's
+/// transaction that holds the row until the mark of the claim waits for it, and commits.
+/// Returns the store and what the mark counted.
+async fn mark_while_another_writes_the_row(scratch: &Scratch, write: &str) -> (Store, u64) {
     migrate(&scratch.database()).await.unwrap();
     let store = Store::open(&scratch.database())
         .await
@@ -44,19 +90,11 @@ async fn a_reschedule_committed_while_the_mark_waits_for_the_row_is_not_marked()
         .timers;
     assert_eq!(fired.len(), 1);
 
-    // Another daemon's reschedule: it holds the row while the mark starts.
+    // Another daemon's command: it holds the row while the mark starts.
     let other = connect(&scratch.database(), 1).await.unwrap();
-    let reschedule = other.begin().await.unwrap();
-    reschedule
-        .execute_raw(Statement::from_string(
-            sea_orm::DbBackend::Postgres,
-            format!(
-                "UPDATE timer_schedules SET due_at = '{}', command_seq = 2, \
-                 claimed_by = NULL, claim_until = NULL \
-                 WHERE tenant_id = 'a' AND service_call_id = 'x'",
-                format_utc(at(500))
-            ),
-        ))
+    let command = other.begin().await.unwrap();
+    command
+        .execute_raw(Statement::from_string(sea_orm::DbBackend::Postgres, write))
         .await
         .unwrap();
 
@@ -87,20 +125,12 @@ async fn a_reschedule_committed_while_the_mark_waits_for_the_row_is_not_marked()
         },
     )
     .await;
-    reschedule.commit().await.unwrap();
+    command.commit().await.unwrap();
 
     let marked = tokio::time::timeout(Duration::from_secs(10), marking)
         .await
         .expect("the mark ends once the row is free")
         .unwrap()
         .unwrap();
-    assert_eq!(marked, 0, "the rescheduled timer is not marked Reached");
-    let row = store.get("a", "x").await.unwrap().unwrap();
-    assert_eq!(
-        (row.state, row.due_at),
-        (TimerState::Scheduled, Some(at(500))),
-        "the timer is still pending at its new dueAt"
-    );
-    let again = store.claim_due(at(500), None, 10, &claimant()).await;
-    assert_eq!(again.unwrap().timers.len(), 1, "and fires then");
+    (store, marked)
 }

@@ -1,13 +1,13 @@
 //! The Poller on its own, with the in-memory EventBus and a manual clock: it never publishes
 //! before `dueAt` by the clock, marks `Reached` only what the bus acknowledged, and retries what
-//! the bus refused, and a timer stored due before its cursor while batches are in flight is
-//! fired once they settle. (The contract-level firing tests run against real NATS in
+//! the bus refused, and a timer stored due before its cursor is fired while batches are in
+//! flight, and while a steady load keeps them there. (The contract-level firing tests run against real NATS in
 //! `firing.rs`.)
 
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
@@ -121,7 +121,7 @@ async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_s
         .await
         .unwrap();
     poller.cast(PollerMsg::WakeAt(earlier)).unwrap();
-    // The wake-up claims after the cursor: "after" joins the flight, "earlier" cannot be seen.
+    // The wake-up claims from "earlier", before the cursor: both join the flight.
     eventually(
         Duration::from_secs(5),
         "the second batch in flight",
@@ -194,28 +194,160 @@ async fn a_wake_up_that_comes_while_the_hold_limit_is_reached_is_served_once_bat
     persistence_ref.stop(None);
 }
 
+/// A refused batch is published again while the load goes on: a steady feed keeps a batch at
+/// the broker at every instant, so the run that claimed the refused timer never runs dry, and
+/// its fence would keep the timer out of every claim until its lease (30 s) lapsed. The
+/// failure closes the run instead: it ends once what it holds settles, and the next claim takes
+/// the timer again within a second or two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_timer_is_published_again_while_a_steady_load_keeps_batches_in_flight() {
+    let bus = Arc::new(SlowBus::refusing_first());
+    let took = steady_feed(bus.clone(), "poller-steady-refusal-test", |now| now).await;
+    assert!(bus.failed.load(Ordering::SeqCst), "t-00000 was refused");
+    assert!(
+        took.is_some_and(|took| took < Duration::from_secs(5)),
+        "the refused timer was published again only {took:?} after it was stored (None: not \
+         while the load went on): held back by its run"
+    );
+}
+
+/// A timer stored due before the cursor while the load goes on (a command that reached the
+/// daemon late, after a lost broker link, with its dueAt past) fires within a second or two:
+/// the run that the steady feed keeps open never ends, so the claim after the cursor, which
+/// cannot see it, must not be all the run does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_stored_due_before_the_cursor_fires_while_a_steady_load_keeps_batches_in_flight() {
+    let bus = Arc::new(SlowBus::default());
+    let took = steady_feed(bus.clone(), "poller-steady-behind-test", |now| {
+        now - chrono::Duration::seconds(10)
+    })
+    .await;
+    assert!(
+        took.is_some_and(|took| took < Duration::from_secs(5)),
+        "the timer stored due before the cursor was published only {took:?} after it was \
+         stored (None: not while the load went on): held back by its run"
+    );
+}
+
+/// A timer due every 50 ms (each batch takes 200 ms at the bus); a second in, `t-00000`, due
+/// at `first_due(now)`; until it is published, or 400 timers. Returns how long after it was
+/// stored it was published (`None`: not while the feed went on), once it is `Reached`.
+async fn steady_feed(
+    bus: Arc<SlowBus>,
+    name: &str,
+    first_due: fn(chrono::DateTime<Utc>) -> chrono::DateTime<Utc>,
+) -> Option<Duration> {
+    let scratch = common::Scratch::new();
+    let registry = Registry::new(name);
+    let persistence_ref = common::persistence::start(&scratch, &registry, true).await;
+    let persistence = registry.persistence();
+    let poller = start_poller(&registry, bus.clone(), Arc::new(SystemClock)).await;
+    let feed = {
+        let (persistence, poller, bus) = (persistence.clone(), poller.clone(), bus.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(50));
+            let mut stored = None;
+            for seq in 1..=400u64 {
+                every.tick().await;
+                let now = Utc::now();
+                let (id, due) = match seq {
+                    20 => ("t-00000".to_owned(), first_due(now)),
+                    _ => (format!("feed-{seq:05}"), now),
+                };
+                let command = common::schedule_at("acme", &id, seq, due);
+                persistence.apply(vec![command]).await.unwrap();
+                poller.cast(PollerMsg::WakeAt(due)).unwrap();
+                if seq == 20 {
+                    stored = Some(tokio::time::Instant::now());
+                }
+                if bus.published_first() {
+                    return stored.map(|at| at.elapsed());
+                }
+            }
+            None
+        })
+    };
+    let took = tokio::time::timeout(Duration::from_secs(40), feed)
+        .await
+        .expect("the feed ends within 40 s")
+        .unwrap();
+    wait_reached(&persistence, "t-00000").await;
+    poller.stop(None);
+    persistence_ref.stop(None);
+    took
+}
+
+/// Takes 200 ms over every batch it publishes; refusing first: refuses the batch holding the
+/// first timer (`t-00000`) once.
+#[derive(Default)]
+struct SlowBus {
+    inner: InMemoryEventBus,
+    refuse_first: bool,
+    failed: AtomicBool,
+}
+
+impl SlowBus {
+    fn refusing_first() -> Self {
+        Self {
+            refuse_first: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether `t-00000` was published (after its refusal).
+    fn published_first(&self) -> bool {
+        holds_first(&self.inner.published())
+    }
+}
+
+#[async_trait::async_trait]
+impl EventBus for SlowBus {
+    async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let refused = self
+            .refuse_first
+            .then(|| refused_once(&events, &self.failed))
+            .flatten();
+        match refused {
+            Some(refused) => refused,
+            None => self.inner.publish_all(events).await,
+        }
+    }
+}
+
 /// Fails the batch holding the first timer (`t-00000`) at once, and holds every other batch
 /// until its gate opens.
 #[derive(Default)]
 struct FailFirstBus {
     gate: GatedBus,
-    failed: std::sync::atomic::AtomicBool,
+    failed: AtomicBool,
 }
 
 #[async_trait::async_trait]
 impl EventBus for FailFirstBus {
     async fn publish_all(&self, events: Vec<OutgoingEvent>) -> Vec<Published> {
-        let first = events
-            .iter()
-            .any(|e| String::from_utf8_lossy(&e.payload).contains("\"t-00000\""));
-        if first && !self.failed.swap(true, Ordering::SeqCst) {
-            return events
-                .iter()
-                .map(|_| Err(BusError("refused".into())))
-                .collect();
+        match refused_once(&events, &self.failed) {
+            Some(refused) => refused,
+            None => self.gate.publish_all(events).await,
         }
-        self.gate.publish_all(events).await
     }
+}
+
+/// Whether `events` hold the first timer (`t-00000`).
+fn holds_first(events: &[OutgoingEvent]) -> bool {
+    events
+        .iter()
+        .any(|e| String::from_utf8_lossy(&e.payload).contains("\"t-00000\""))
+}
+
+/// The refusal of the batch holding the first timer, the first time `failed` is not yet set.
+fn refused_once(events: &[OutgoingEvent], failed: &AtomicBool) -> Option<Vec<Published>> {
+    (holds_first(events) && !failed.swap(true, Ordering::SeqCst)).then(|| {
+        events
+            .iter()
+            .map(|_| Err(BusError("refused".into())))
+            .collect()
+    })
 }
 
 /// Holds every publish until opened, counting the batches that wait.
@@ -224,7 +356,7 @@ struct GatedBus {
     inner: InMemoryEventBus,
     entered: AtomicUsize,
     open: tokio::sync::Notify,
-    opened: std::sync::atomic::AtomicBool,
+    opened: AtomicBool,
 }
 
 impl GatedBus {

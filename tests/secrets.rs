@@ -13,6 +13,8 @@ use common::{DaemonProcess, NatsServer, Scratch, eventually, free_port, http_get
 const NATS_PASSWORD: &str = "Nats-Pw-7f3kQz9";
 const PG_USER_PASSWORD: &str = "Pg-User-Pw-51aX";
 const PG_QUERY_PASSWORD: &str = "Pg-Query-Pw-88bY";
+const CONSOLE_OPERATOR_TOKEN: &str = "Console-Operator-Tk-2c9v";
+const CONSOLE_TENANT_TOKEN: &str = "Console-Tenant-Tk-6h1w";
 
 /// A nats-server with JetStream that lets in only `svc` with [`NATS_PASSWORD`].
 fn authenticated_server() -> NatsServer {
@@ -33,7 +35,13 @@ fn with_password(server: &NatsServer, password: &str) -> String {
 }
 
 fn assert_no_secret(text: &str, what: &str) {
-    for secret in [NATS_PASSWORD, PG_USER_PASSWORD, PG_QUERY_PASSWORD] {
+    for secret in [
+        NATS_PASSWORD,
+        PG_USER_PASSWORD,
+        PG_QUERY_PASSWORD,
+        CONSOLE_OPERATOR_TOKEN,
+        CONSOLE_TENANT_TOKEN,
+    ] {
         assert!(!text.contains(secret), "{what} shows a secret:\n{text}");
     }
 }
@@ -45,7 +53,8 @@ fn read(path: &Path) -> String {
 /// A daemon whose broker URL carries its password connects with it (the password leaves the
 /// URL for the connection options), is ready, and shows the password nowhere: not in its log
 /// (the start-up line shows the URL as `svc:***@`), not in `/metrics`. In a PostgreSQL run its
-/// database URL carries a password in the query string too.
+/// database URL carries a password in the query string too. The console's tokens, used for
+/// its requests, are not shown either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_in_the_broker_or_database_url_is_used_and_never_shown() {
     let server = authenticated_server();
@@ -55,9 +64,12 @@ async fn a_password_in_the_broker_or_database_url_is_used_and_never_shown() {
     let database_url = scratch
         .database_url()
         .map(|url| format!("{url}?password={PG_QUERY_PASSWORD}"));
+    let tenant_tokens = format!("acme={CONSOLE_TENANT_TOKEN}");
     let mut env = vec![
         ("TIMER_BROKER_URL", broker_url.as_str()),
         ("TIMER_HTTP_LISTEN", addr.as_str()),
+        ("TIMER_CONSOLE_OPERATOR_TOKEN", CONSOLE_OPERATOR_TOKEN),
+        ("TIMER_CONSOLE_TENANT_TOKENS", tenant_tokens.as_str()),
         ("RUST_LOG", "debug"),
     ];
     if let Some(url) = &database_url {
@@ -70,6 +82,22 @@ async fn a_password_in_the_broker_or_database_url_is_used_and_never_shown() {
             .filter(|(code, _)| *code == 200)
     })
     .await;
+    for token in [CONSOLE_OPERATOR_TOKEN, CONSOLE_TENANT_TOKEN] {
+        let bearer = format!("Bearer {token}");
+        let (code, body) = common::http_request(
+            &addr,
+            "POST",
+            "/console/api/tenants/acme/stats",
+            &[
+                ("Authorization", &bearer),
+                ("Content-Type", "application/json"),
+            ],
+            "{}",
+        )
+        .await
+        .expect("the console answers");
+        assert_eq!(code, 200, "{body}");
+    }
     let (_, metrics) = http_get(&addr, "/metrics").await.expect("/metrics answers");
     assert_no_secret(&metrics, "/metrics");
     let log_path = process.log.clone();

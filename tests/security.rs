@@ -39,7 +39,7 @@ tls {{
 authorization {{
   users = [
     {{ user: timer-service, password: "service-secret", permissions: {{
-        publish:   {{ allow: ["$JS.API.>", "$JS.ACK.TIMER_COMMANDS.>", "timer.evt.>", "timer.cmd.cancel.>", "_INBOX.>", "$SRV.>"] }},
+        publish:   {{ allow: ["$JS.API.>", "$JS.ACK.TIMER_COMMANDS.>", "timer.evt.>", "timer.cmd.cancel.>", "timer.cmd.cancel-many.>", "_INBOX.>", "$SRV.>"] }},
         subscribe: {{ allow: ["_INBOX.>", "timer.api.>", "$SRV.>"] }}
     }} }}
     {acme}
@@ -55,6 +55,9 @@ authorization {{
         globex = tenant("globex"),
     )
 }
+
+/// Long enough for a cancel-many's turn and commit on a busy machine.
+const TEN_S: Duration = Duration::from_secs(10);
 
 async fn tenant_client(
     server: &NatsServer,
@@ -167,6 +170,27 @@ async fn over_tls_with_credentials_each_tenant_reaches_only_its_own_timers() {
         Some(404),
         "nothing was stored for acme's forgery"
     );
+
+    // The API's cancel-many goes through the command stream: the service's permissions above
+    // (docs/deployment.md) let it order one for acme.
+    let later = common::rfc3339(Utc::now() + chrono::Duration::hours(1));
+    acme.schedule("acme", "later", &later, None).await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "acme's later timer stored",
+        || async { acme.get("acme", "later").await.ok() },
+    )
+    .await;
+    let patient = TimerClient::with_timeout(acme_nats.clone(), Default::default(), TEN_S);
+    let cancelled = patient
+        .request(
+            timer_service::domain::api::Verb::CancelMany,
+            "acme",
+            &json!({"all": true}),
+        )
+        .await
+        .expect("acme's cancel-many is answered");
+    assert_eq!(cancelled["count"], 1, "{cancelled}");
 
     // Nor can acme have the service publish for it: a reply subject on globex's events is no
     // inbox, so the request is dropped (counted before it could be answered) and globex's

@@ -11,6 +11,28 @@ use common::{NatsServer, Scratch, TestClient, config, eventually};
 use timer_service::Daemon;
 use timer_service::domain::TimerState;
 
+/// `/readyz` answers 200 only once the streams and the command consumers are there
+/// (docs/CONTRACT.md §7): a client that waits for it may create its consumer of the event
+/// stream at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_is_ready_only_once_its_streams_are_there() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let client = TestClient::connect(&server).await;
+    let _daemon =
+        common::DaemonProcess::start_with(&server, &scratch, &[("TIMER_HTTP_LISTEN", &addr)]);
+    eventually(Duration::from_secs(30), "/readyz 200", || async {
+        let (status, _) = common::http_get(&addr, "/readyz").await?;
+        (status == 200).then_some(())
+    })
+    .await;
+    for stream in ["TIMER_EVENTS", "TIMER_COMMANDS"] {
+        let found = client.js.get_stream(stream).await;
+        assert!(found.is_ok(), "{stream} is not there once ready: {found:?}");
+    }
+}
+
 /// A downstream service starting with the daemon can create its durable consumer on the event
 /// stream before any timer has fired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

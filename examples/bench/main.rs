@@ -4,10 +4,11 @@
 //! tenant's load beside another's (a burst, heavy reads), a `kill -9` in the middle of a burst
 //! of commands, one tenant's backlog of commands at start-up, backups of a live database, ingest
 //! and fire with data on each timer, ingest and fire with traced commands and spans exported,
-//! a broker path gone silent and a distant broker, and the broker's native scheduler as the
-//! comparison point — in one run, each figure the median of several runs. With `--baseline`,
-//! the figures the targets compare with the previous version are measured for that build too,
-//! alternately with this one. Prints a Markdown report and writes it, with a lateness plot, to
+//! a broker path gone silent and a distant broker, the web console's pages beside a tenant
+//! with millions pending, the broker's native scheduler as the comparison point, and BullMQ
+//! and pg-boss on the same workloads (`peers`) — in one run, each figure the median of several
+//! runs. With `--baseline`, the figures the targets compare with the previous version are
+//! measured for that build too, alternately with this one. Prints a Markdown report and writes it, with a lateness plot, to
 //! `--out`.
 //!
 //! ```text
@@ -64,7 +65,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
     "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
-    "tenants", "reads", "crash", "intake", "backup", "data", "spans", "link", "cancel",
+    "tenants", "reads", "crash", "intake", "backup", "data", "spans", "link", "cancel", "console",
+    "peers",
 ];
 
 #[derive(Debug, Parser)]
@@ -120,7 +122,8 @@ pub struct Args {
     #[arg(long, default_value = "FULL")]
     pub synchronous: String,
     /// Only these sections (comma-separated: raw, sweep, lateness, costs, api, native, scale,
-    /// catch-up, postgres, tenants, reads, crash, intake, backup, data, spans, link).
+    /// catch-up, postgres, tenants, reads, crash, intake, backup, data, spans, link, cancel,
+    /// console, peers).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Keep each run's databases and daemon logs (set `BENCH_DAEMON_LOG` for their level).
@@ -167,6 +170,16 @@ pub struct Args {
     /// on the stream reads a stream of 16 as made).
     #[arg(long, default_value_t = 1)]
     pub baseline_lines: u16,
+    /// Pending timers of the one tenant whose console pages the console section loads, due
+    /// over a week.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub console_n: u64,
+    /// Browsers refreshing that tenant's page every second beside a steady load.
+    #[arg(long, default_value_t = 20)]
+    pub console_browsers: usize,
+    /// Jobs of the peers section's ingest and fire figures (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "50000,200000")]
+    pub peers_n: Vec<usize>,
     /// Where the report, the plot and cached databases go.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,

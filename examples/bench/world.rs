@@ -71,19 +71,33 @@ impl Backend {
     /// but its first hour or two, and none falls due during a workload). Cached for the hour it
     /// was built in; the bases of earlier hours are removed.
     pub async fn whale_base(&self, cache: &Path, n: u64) -> Base {
+        self.whale_base_over(cache, n, 1, 2).await.0
+    }
+
+    /// As [`Self::whale_base`], the timers due over `days` from the start of the hour
+    /// `hours_ahead` after this one; with their first `dueAt`.
+    pub async fn whale_base_over(
+        &self,
+        cache: &Path,
+        n: u64,
+        days: i64,
+        hours_ahead: i64,
+    ) -> (Base, chrono::DateTime<chrono::Utc>) {
         use chrono::{DurationRound, TimeDelta};
         let hour = chrono::Utc::now()
             .duration_trunc(TimeDelta::hours(1))
             .expect("the hour");
-        let first_due = hour + TimeDelta::hours(2);
-        let prefix = format!("whale_{n}_");
+        let first_due = hour + TimeDelta::hours(hours_ahead);
+        let prefix = format!("whale_{days}d{hours_ahead}h_{n}_");
         let name = format!("{prefix}{}", hour.format("%Y%m%d%H"));
         self.forget_bases(cache, &prefix, &name).await;
-        let step_ms = (TimeDelta::days(1).num_milliseconds() / n.max(1) as i64).max(1);
-        self.base(cache, &name, |observer| async move {
-            observer.prefill(n, "whale", first_due, step_ms, None).await;
-        })
-        .await
+        let step_ms = (TimeDelta::days(days).num_milliseconds() / n.max(1) as i64).max(1);
+        let base = self
+            .base(cache, &name, |observer| async move {
+                observer.prefill(n, "whale", first_due, step_ms, None).await;
+            })
+            .await;
+        (base, first_due)
     }
 
     /// Removes the cached bases whose names start with `prefix`, except `keep`.
@@ -303,19 +317,50 @@ impl World {
 impl Drop for World {
     fn drop(&mut self) {
         if let (Some(name), Backend::Postgres { admin }) = (&self.postgres, &self.backend) {
-            let (name, admin) = (name.clone(), admin.clone());
-            // Dropped from a thread of its own: Drop cannot await on the caller's runtime.
-            let _ = std::thread::spawn(move || {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime")
-                    .block_on(Backend::admin(
-                        &admin,
-                        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-                    ))
-            })
-            .join();
+            drop_database(admin, name);
         }
     }
+}
+
+/// An empty PostgreSQL database of its own (for a peer), dropped with it.
+pub struct Scratch {
+    admin: String,
+    name: String,
+}
+
+impl Scratch {
+    pub async fn create(admin: &str, prefix: &str) -> Self {
+        let name = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
+        Backend::admin(admin, &format!("CREATE DATABASE {name}")).await;
+        Self {
+            admin: admin.to_owned(),
+            name,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        Backend::url_of(&self.admin, &self.name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        drop_database(&self.admin, &self.name);
+    }
+}
+
+/// Drops `name`, from a thread of its own: Drop cannot await on the caller's runtime.
+fn drop_database(admin: &str, name: &str) {
+    let (name, admin) = (name.to_owned(), admin.to_owned());
+    let _ = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(Backend::admin(
+                &admin,
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            ))
+    })
+    .join();
 }

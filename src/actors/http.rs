@@ -7,6 +7,9 @@
 //!   (Persistence probes it every two seconds) and every actor runs; otherwise 503 with a JSON
 //!   body naming what is wrong.
 //!
+//! With `[console]` set, the web console (`crate::console`) is served on the same listener at
+//! `/console`.
+//!
 //! The address is bound when the actor starts, so a port in use stops start-up with a clear
 //! error instead of a daemon nobody can watch.
 
@@ -24,6 +27,7 @@ use serde_json::json;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::supervisor::NamedActor;
+use crate::console::ConsoleArgs;
 use crate::health::Health;
 
 #[derive(Default)]
@@ -38,6 +42,8 @@ pub struct HttpArgs {
     pub listen: SocketAddr,
     pub metrics: PrometheusHandle,
     pub health: Health,
+    /// The web console's routes, when it is on.
+    pub console: Option<ConsoleArgs>,
 }
 
 pub struct HttpState {
@@ -69,12 +75,17 @@ impl Actor for Http {
             metrics: args.metrics,
             health: args.health,
         });
-        let app = Router::new()
+        let mut app = Router::new()
             .route("/metrics", get(metrics))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
             .with_state(shared);
-        tracing::info!(actor = Http::NAME, listen = %args.listen, "serving /metrics, /healthz, /readyz");
+        let console = args.console.is_some();
+        if let Some(console) = args.console {
+            app = app.merge(crate::console::router(console));
+        }
+        tracing::info!(actor = Http::NAME, listen = %args.listen, console,
+            "serving /metrics, /healthz, /readyz{}", if console { ", /console" } else { "" });
         let server = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(actor = Http::NAME, error = %e, "HTTP server stopped");

@@ -37,7 +37,7 @@ use lanes::Lane;
 pub use lanes::{LaneSpec, layout};
 pub use operation::{Class, Operation, Rank};
 use worker::Worker;
-pub use worker::{Op, Work};
+pub use worker::{Op, ReadLimit, Work};
 
 /// How often the watchdog brings the health's write proof up to date.
 const WATCHDOG_INTERVAL: Duration = Duration::from_millis(250);

@@ -78,8 +78,9 @@ pub struct PollerArgs {
     pub polling_interval: Duration,
     /// How long a claim holds its timers (`claim_lease`): fences this daemon's own claims.
     pub lease: Duration,
-    /// Keep claims and marks short while tenants share a backlog (`fairness`): the database's
-    /// answer (`DatabaseTarget::short_writes_while_sharing`).
+    /// Keep claims and marks short while tenants share a backlog (`fairness`) whatever they
+    /// take: the database's answer (`DatabaseTarget::short_writes_while_sharing`). Elsewhere
+    /// they are kept short when a full claim is seen to be long (`fairness::WritePace`).
     pub short_writes: bool,
 }
 
@@ -88,7 +89,8 @@ pub enum PollerMsg {
     Tick,
     /// A wake-up this actor planned: claim what is due.
     Wake,
-    /// A timer due at this instant was just stored: wake then if that is earlier than planned.
+    /// A timer due at this instant was just stored: wake then if that is earlier than planned,
+    /// and let the next claim in `dueAt` order see it even if it is due before the cursor.
     WakeAt(chrono::DateTime<chrono::Utc>),
     /// A claim answered (sent by the Poller's own tasks).
     Claimed(Claimed),
@@ -110,6 +112,9 @@ pub struct PollerState {
     next_claim: NextClaim,
     /// While claimed timers are left (queued, at the broker or owed a mark): cursor and fence.
     run: Option<Run>,
+    /// The earliest `dueAt` stored since the last claim in `dueAt` order was asked: where that
+    /// claim starts when it is not after the run's cursor (`Run::claim_after`).
+    stored_since_claim: Option<chrono::DateTime<chrono::Utc>>,
     fairness: Fairness,
     marks: Marks,
     publisher: Publisher,
@@ -137,6 +142,7 @@ impl Actor for Poller {
             round_asked: false,
             next_claim: NextClaim::AtWakeUp,
             run: None,
+            stored_since_claim: None,
             fairness: Fairness::default(),
             marks: Marks::default(),
             failures: Retries::new(firing::RETRY),
@@ -175,9 +181,8 @@ impl Actor for Poller {
         match message {
             PollerMsg::Tick | PollerMsg::Wake => state.round_asked = true,
             PollerMsg::WakeAt(at) => {
-                if let Some(run) = &mut state.run {
-                    run.stored_due_at(at);
-                }
+                let stored = state.stored_since_claim.get_or_insert(at);
+                *stored = (*stored).min(at);
                 if state.wake.is_before_plan(at) {
                     state.wake.at(&myself, at);
                 }

@@ -188,6 +188,7 @@ impl Actor for Supervisor {
             SupervisionEvent::ActorFailed(cell, error) => {
                 if let Some(name) = forget(state, &cell) {
                     tracing::error!(actor = name, reason = %error, "actor failed");
+                    state.args.health.actor_failed(name, &error.to_string());
                     if !state.shutting_down {
                         child_down(&myself, state, name).await;
                     }
@@ -200,6 +201,10 @@ impl Actor for Supervisor {
                         tracing::info!(actor = name, %reason, "actor stopped");
                     } else {
                         tracing::error!(actor = name, %reason, "actor stopped unexpectedly");
+                        state
+                            .args
+                            .health
+                            .actor_failed(name, &format!("stopped: {reason}"));
                         child_down(&myself, state, name).await;
                     }
                 }

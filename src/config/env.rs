@@ -20,6 +20,7 @@ const SECTIONS: &[&str] = &[
     "quotas",
     "metrics",
     "api",
+    "console",
 ];
 
 /// One line per problem, each naming the key and where its value came from: the file, or the
@@ -83,6 +84,8 @@ const TEXT_SETTINGS: &[&str] = &[
     "nats.token",
     "quotas.tenants",
     "metrics.tenants",
+    "console.operator_token",
+    "console.tenant_tokens",
 ];
 
 pub(super) fn is_text_setting(key: &UncasedStr) -> bool {

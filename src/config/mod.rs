@@ -20,6 +20,7 @@ use crate::nats::BrokerNames;
 
 mod api;
 mod changes;
+mod console;
 pub mod duration;
 mod env;
 mod metrics;
@@ -33,6 +34,7 @@ mod sqlite;
 mod validate;
 
 pub use api::{ApiSettings, MAX_READ_CONNECTIONS};
+pub use console::ConsoleSettings;
 use env::{EnvText, describe, env_key, env_variable, is_text_setting, unknown_env_key};
 pub use metrics::{MAX_LABELLED_TENANTS, MetricsSettings};
 use name::generated_name;
@@ -133,6 +135,8 @@ pub struct Config {
     pub quotas: QuotaSettings,
     pub metrics: MetricsSettings,
     pub api: ApiSettings,
+    /// The web console; off unless a token is set.
+    pub console: ConsoleSettings,
 }
 
 /// How the Supervisor restarts failed children, and how long it may take to stop them all.
@@ -210,6 +214,7 @@ impl Default for Config {
             quotas: QuotaSettings::default(),
             metrics: MetricsSettings::default(),
             api: ApiSettings::default(),
+            console: ConsoleSettings::default(),
         }
     }
 }

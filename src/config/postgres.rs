@@ -76,6 +76,11 @@ impl PostgresSettings {
                 "idle_in_transaction_session_timeout",
                 self.statement_timeout.as_millis().to_string(),
             ),
+            // No JIT compilation: the firing path's statements are planned for any instant
+            // (read inside the statement), so their estimates pass `jit_above_cost`, and each
+            // claim spent 166 ms compiling beside one tenant's ten million pending timers
+            // (timers fired seconds late); the daemon runs no query that JIT pays back.
+            ("jit", "off".to_owned()),
         ];
         for (name, value) in [
             ("tcp_keepalives_idle", self.tcp_keepalives_idle.as_secs()),

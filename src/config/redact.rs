@@ -185,6 +185,7 @@ impl fmt::Debug for super::Config {
             quotas,
             metrics,
             api,
+            console,
         } = self;
         f.debug_struct("Config")
             .field("broker_url", &redact_url(broker_url))
@@ -208,6 +209,7 @@ impl fmt::Debug for super::Config {
             .field("quotas", quotas)
             .field("metrics", metrics)
             .field("api", api)
+            .field("console", console)
             .finish()
     }
 }

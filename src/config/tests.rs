@@ -350,6 +350,7 @@ fn postgres_limits_are_read_from_file_and_environment_and_checked() {
                 ("statement_timeout", "20000".to_owned()),
                 ("lock_timeout", "2000".to_owned()),
                 ("idle_in_transaction_session_timeout", "20000".to_owned()),
+                ("jit", "off".to_owned()),
                 ("tcp_keepalives_idle", "10".to_owned()),
                 ("tcp_keepalives_interval", "5".to_owned()),
                 ("tcp_keepalives_count", "4".to_owned()),
@@ -402,6 +403,7 @@ fn zero_keepalives_keep_the_servers_own() {
             ("statement_timeout", "10000".to_owned()),
             ("lock_timeout", "5000".to_owned()),
             ("idle_in_transaction_session_timeout", "10000".to_owned()),
+            ("jit", "off".to_owned()),
         ]
     );
 }

@@ -116,6 +116,13 @@ impl Config {
         self.quotas.validate()?;
         self.metrics.validate()?;
         self.api.validate()?;
+        self.console.validate()?;
+        if self.console.enabled() && self.http_listen().is_none() {
+            return Err((
+                "console",
+                "the console is served on the HTTP listener: set http.listen too".into(),
+            ));
+        }
         Ok(())
     }
 }

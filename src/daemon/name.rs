@@ -64,7 +64,9 @@ pub(super) async fn take_name(
 }
 
 /// Gives up the daemon's name on a shared database, so that a daemon started next under it
-/// (this one restarted, say) takes it at once instead of watching for a live holder.
+/// (this one restarted, say) takes it at once instead of watching for a live holder, and the
+/// claims it still holds, so that the other daemons fire those timers at once instead of when
+/// their lease lapses. On SQLite, one daemon per file, the next start takes both up again.
 pub(super) async fn release_name(
     database: &DatabaseTarget,
     name: &str,
@@ -75,13 +77,13 @@ pub(super) async fn release_name(
     }
     let released = tokio::time::timeout_at(until, async {
         let store = Store::open(database).await?;
-        let released = store.release_name(name).await;
+        let released = store.release_name(name, chrono::Utc::now()).await;
         let _ = store.close().await;
         released
     })
     .await;
     match released {
-        Ok(Ok(())) => tracing::debug!(name, "daemon name given up"),
+        Ok(Ok(claims)) => tracing::info!(name, claims, "daemon name and its claims given up"),
         Ok(Err(e)) => tracing::warn!(name, error = %e,
             "could not give up the daemon name; a daemon started under it waits a few seconds"),
         Err(_) => tracing::warn!(

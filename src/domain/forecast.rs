@@ -16,12 +16,17 @@ use super::timestamp::{ceil_to_millis, format_utc};
 /// Longest forecast: a day of minutes.
 pub const MAX_FORECAST_MINUTES: u32 = 1440;
 
-/// The minutes one forecast covers: `minutes` whole minutes from the one `now` is in.
+/// Longest forecast by hour (the console's): a week.
+pub const MAX_FORECAST_HOURS: u32 = 168;
+
+/// The spans one forecast covers: `minutes` whole steps (minutes for `stats`, hours for the
+/// console's week) from the one `now` is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ForecastWindow {
     now: DateTime<Utc>,
     first_minute: DateTime<Utc>,
     minutes: u32,
+    step: TimeDelta,
 }
 
 /// One minute of a forecast: timers due within it.
@@ -38,11 +43,22 @@ impl ForecastWindow {
     /// The window of `minutes` (1 to [`MAX_FORECAST_MINUTES`], checked by the request's parser)
     /// starting with the minute `now` is in.
     pub fn new(now: DateTime<Utc>, minutes: u32) -> Self {
-        let first_minute = now.duration_trunc(TimeDelta::minutes(1)).unwrap_or(now);
+        Self::of_steps(now, minutes, TimeDelta::minutes(1))
+    }
+
+    /// The window of `hours` (1 to [`MAX_FORECAST_HOURS`]) starting with the hour `now` is in;
+    /// each entry's `minute` is its hour's first instant.
+    pub fn hours(now: DateTime<Utc>, hours: u32) -> Self {
+        Self::of_steps(now, hours.min(MAX_FORECAST_HOURS), TimeDelta::hours(1))
+    }
+
+    fn of_steps(now: DateTime<Utc>, steps: u32, step: TimeDelta) -> Self {
+        let first_minute = now.duration_trunc(step).unwrap_or(now);
         Self {
             now,
             first_minute,
-            minutes,
+            minutes: steps,
+            step,
         }
     }
 
@@ -80,9 +96,9 @@ impl ForecastWindow {
         minutes
     }
 
-    /// The first instant of the `i`-th minute.
+    /// The first instant of the `i`-th step.
     fn minute(&self, i: u32) -> DateTime<Utc> {
-        self.first_minute + TimeDelta::minutes(i64::from(i))
+        self.first_minute + self.step * i as i32
     }
 }
 
@@ -107,6 +123,30 @@ mod tests {
             .iter()
             .map(|(from, to)| (format_utc(*from), format_utc(*to)))
             .collect()
+    }
+
+    #[test]
+    fn a_forecast_by_hour_counts_from_now_then_whole_hours() {
+        let window = ForecastWindow::hours(at("2026-11-24T23:58:42.123Z"), 2);
+        assert_eq!(
+            shown(&window.ranges()),
+            [
+                (
+                    "2026-11-24T23:58:42.123Z".into(),
+                    "2026-11-25T00:00:00.000Z".into()
+                ),
+                (
+                    "2026-11-25T00:00:00.000Z".into(),
+                    "2026-11-25T01:00:00.000Z".into()
+                ),
+            ]
+        );
+        assert_eq!(
+            ForecastWindow::hours(at("2026-11-24T23:58:42.123Z"), 1000)
+                .ranges()
+                .len(),
+            MAX_FORECAST_HOURS as usize
+        );
     }
 
     #[test]

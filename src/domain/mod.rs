@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod cancel_many;
+pub mod census;
 pub mod command;
 pub mod data;
 pub mod envelope;

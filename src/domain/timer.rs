@@ -119,6 +119,8 @@ pub struct Timer {
     pub data: Option<TimerData>,
     /// `dueAt + expireAfter` of the ScheduleTimer that scheduled it last, if it had one.
     pub expires_at: Option<DateTime<Utc>>,
+    /// The W3C trace context the ScheduleTimer that scheduled it last carried, if any.
+    pub trace: Option<TraceContext>,
 }
 
 impl Timer {
@@ -233,6 +235,10 @@ impl Command {
             cancelled_seq,
             data,
             expires_at,
+            trace: match self.action {
+                Action::Schedule { .. } => self.trace.clone(),
+                Action::Cancel => None,
+            },
         }
     }
 }
@@ -269,6 +275,7 @@ pub fn apply_command(
             // Replaced, or cleared by a ScheduleTimer without data (or without expireAfter).
             next.data = data.clone();
             next.expires_at = *expires_at;
+            next.trace = command.trace.clone();
             next.state = TimerState::Scheduled;
             next.cancelled_at = None;
             next.cancelled_seq = None;

@@ -93,6 +93,9 @@ impl JetStreamCommandSource {
                 .err()
                 .and_then(|e| e.downcast_ref::<Refused>());
             self.health.intake_refused(refused.map(ToString::to_string));
+            if ensured.is_ok() {
+                self.health.streams_ready();
+            }
             let consumers = ensured.map_err(|e| {
                 BusError(format!(
                     "streams {} and {} with consumer {} unavailable: {e}",

@@ -19,6 +19,7 @@
 
 pub mod backup;
 pub mod cancel_many;
+pub mod census;
 pub mod command_streams;
 pub mod daemons;
 pub mod db;
@@ -314,9 +315,27 @@ impl Store {
     }
 
     /// Gives up `name` if this process holds it, so that a daemon started next under it takes
-    /// it without watching: at a graceful stop.
-    pub async fn release_name(&self, name: &str) -> Result<(), StoreError> {
-        probe::release_name(self, name).await
+    /// it without watching: at a graceful stop, once the Poller has stopped. Gives up too the
+    /// claims still held under the name (timers claimed and not published, or published and
+    /// not marked), so that the other daemons fire them at once rather than when their lease
+    /// lapses (docs/CONTRACT.md §8). Returns how many claims it gave up.
+    pub async fn release_name(&self, name: &str, now: DateTime<Utc>) -> Result<u64, StoreError> {
+        probe::release_name(self, name, now).await
+    }
+
+    /// Every tenant's pending and overdue timers, those in trouble first (at most
+    /// [`crate::domain::census::CENSUS_TENANTS`]): the console's overview. One walk of the
+    /// pending rows, so a reader connection's, bounded by its read deadline.
+    pub async fn census(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::domain::census::TenantCensus>, StoreError> {
+        census::census(self, now).await
+    }
+
+    /// The daemons sharing the database, as their health probes last recorded them.
+    pub async fn daemons_seen(&self) -> Result<Vec<crate::domain::census::DaemonSeen>, StoreError> {
+        census::daemons_seen(self).await
     }
 
     /// Pending timers in all. Walks the pending index, so it runs on a connection of its own,

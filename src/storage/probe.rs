@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, OnConflict, Query};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, TransactionTrait,
+};
 
-use super::entity::Entity;
+use super::entity::{Column, Entity};
 use super::{PENDING, Store, StoreError, daemons};
+use crate::domain::timestamp::format_utc;
 
 /// Below this much free space the database counts as failing: a write may still fit in the
 /// WAL's reused pages, but the next batch of timers will not (README, "Storage faults").
@@ -94,14 +97,42 @@ pub(super) async fn take_name(
     store.backend.take_name(store, name, watch).await
 }
 
-/// See [`Store::release_name`].
-pub(super) async fn release_name(store: &Store, name: &str) -> Result<(), StoreError> {
-    daemons::Entity::delete_many()
+/// How far past the daemon's clock a claim it gives up may be due. Claims are made of due
+/// timers only, by the server's clock where daemons share the database: the bound keeps the
+/// statement on the due end of the pending index, and covers any clock difference worth the
+/// name. A claim beyond it is not given up; it lapses with its lease, as after a crash.
+const RELEASE_HORIZON: chrono::Duration = chrono::Duration::hours(1);
+
+/// See [`Store::release_name`]. The name's row and the claims in one transaction: a failure
+/// leaves both held, and the claims are cleared only when the row was this process's (a name
+/// another daemon has taken is its claims too).
+pub(super) async fn release_name(
+    store: &Store,
+    name: &str,
+    now: DateTime<Utc>,
+) -> Result<u64, StoreError> {
+    let txn = store.db.begin().await?;
+    let held = daemons::Entity::delete_many()
         .filter(daemons::Column::Name.eq(name))
         .filter(daemons::Column::Instance.eq(daemons::instance()))
-        .exec(&store.db)
-        .await?;
-    Ok(())
+        .exec(&txn)
+        .await?
+        .rows_affected;
+    let released = if held == 0 {
+        0
+    } else {
+        Entity::update_many()
+            .col_expr(Column::ClaimedBy, Expr::value(Option::<String>::None))
+            .col_expr(Column::ClaimUntil, Expr::value(Option::<String>::None))
+            .filter(Expr::cust(PENDING))
+            .filter(Column::ClaimedBy.eq(name))
+            .filter(Column::DueAt.lte(format_utc(now + RELEASE_HORIZON)))
+            .exec(&txn)
+            .await?
+            .rows_affected
+    };
+    txn.commit().await?;
+    Ok(released)
 }
 
 /// Records the name as this process's if no row holds it; whether it did.

@@ -33,7 +33,8 @@ impl DatabaseTarget {
     /// Whether the Poller keeps its claims and marks short while tenants share a backlog
     /// (`poller::fairness`): where a write's time grows with its rows (PostgreSQL: a claim of
     /// 2,000 rows holds the firing connection tens of milliseconds), not where it is mostly its
-    /// commit (SQLite). Measured in the bench's noisy neighbour, writes of 500 instead of 2,000
+    /// commit (SQLite, where the Poller keeps them short only when it sees a full claim take
+    /// long: `poller::fairness::WritePace`). Measured in the bench's noisy neighbour, writes of 500 instead of 2,000
     /// took the quiet tenant's p99 to 0.63× on PostgreSQL with three daemons and to 1.20× on
     /// SQLite (BENCHMARKS.md).
     pub fn short_writes_while_sharing(&self) -> bool {

@@ -115,6 +115,10 @@ pub(super) fn from_model(model: entity::Model) -> Result<Timer, StoreError> {
             .map(|seq| u64::try_from(seq).map_err(|e| corrupt(e.to_string())))
             .transpose()?,
         data: data_of(&model.tenant_id, &model.service_call_id, model.data)?,
+        trace: model
+            .trace_context
+            .as_deref()
+            .and_then(TraceContext::decode),
         tenant_id: model.tenant_id,
         service_call_id: model.service_call_id,
         correlation_id: model.correlation_id,

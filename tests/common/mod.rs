@@ -4,6 +4,8 @@
 #![allow(dead_code, unused_imports)]
 
 mod backups;
+pub mod browser;
+pub mod console;
 pub mod database;
 pub mod doubles;
 pub mod nats_cluster;
@@ -23,7 +25,9 @@ pub use backups::{backup_command, backup_process, exit_within, output_within, pa
 pub use nats_server::{NatsServer, free_port};
 pub use postgres_cluster::PostgresCluster;
 pub use small_disk::SmallDisk;
-pub use support::{http_get, metric, millis, prefill_sql, rfc3339, sessions_of, tcp_ports};
+pub use support::{
+    http_get, http_request, metric, millis, prefill_sql, rfc3339, sessions_of, tcp_ports,
+};
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -641,10 +645,28 @@ impl TestClient {
         };
         let mut out = Vec::new();
         loop {
-            let Ok(batch) = consumer.fetch().max_messages(1000).messages().await else {
+            let Ok(mut batch) = consumer.fetch().max_messages(1000).messages().await else {
                 break;
             };
-            let messages: Vec<_> = futures::StreamExt::collect(batch).await;
+            // The status that ends a no-wait fetch may never come (a fetch has no expiry of its
+            // own): a batch silent for 3 s is taken as ended, and the caller polls again.
+            let mut messages = Vec::new();
+            let mut silent = false;
+            loop {
+                match tokio::time::timeout(
+                    Duration::from_secs(3),
+                    futures::StreamExt::next(&mut batch),
+                )
+                .await
+                {
+                    Ok(Some(message)) => messages.push(message),
+                    Ok(None) => break,
+                    Err(_) => {
+                        silent = true;
+                        break;
+                    }
+                }
+            }
             if messages.is_empty() {
                 break;
             }
@@ -679,6 +701,9 @@ impl TestClient {
                     envelope: serde_json::from_slice(&message.payload).expect("event is JSON"),
                     stored_at,
                 });
+            }
+            if silent {
+                break;
             }
         }
         out
@@ -771,6 +796,15 @@ impl TestClient {
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
+    }
+
+    /// Waits, up to `timeout`, until the command stream holds nothing: every command sent so
+    /// far was applied and acknowledged by the daemon.
+    pub async fn await_commands_applied(&self, timeout: Duration) {
+        eventually(timeout, "the command stream to be empty", || async {
+            (self.commands_outstanding().await == 0).then_some(())
+        })
+        .await
     }
 
     /// The command stream as the broker describes it now.

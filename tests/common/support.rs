@@ -17,9 +17,29 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 
 /// A plain HTTP/1.1 GET: the status code and the body, or `None` when nothing answers.
 pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    http_request(addr, "GET", path, &[], "").await
+}
+
+/// A plain HTTP/1.1 request with `headers` and `body`: the status code and the body, or `None`
+/// when nothing answers.
+pub async fn http_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !body.is_empty() || method == "POST" {
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
     stream.write_all(request.as_bytes()).await.ok()?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).await.ok()?;

@@ -2,14 +2,16 @@
 //! targets each is measured against, and where the CPU went. `postgres` writes the PostgreSQL
 //! figures, `tenants` one tenant's load beside another's, `recovery` a crash mid-burst and a
 //! backlog at start-up, `backup` backups of a live file, `data` ingest and fire with data,
-//! `link` a silent and a distant broker path, `baseline` each compared figure beside
-//! the `--baseline` build's.
+//! `link` a silent and a distant broker path, `peers` BullMQ and pg-boss beside the daemon,
+//! `baseline` each compared figure beside the `--baseline` build's.
 
 mod backup;
 mod baseline;
 mod cancel;
+mod console;
 mod data;
 mod link;
+mod peers;
 mod postgres;
 mod recovery;
 mod spans;
@@ -484,6 +486,8 @@ pub fn report(args: &Args, f: &Figures) -> String {
     cancel::cancel(&mut r, args, f);
     spans::spans(&mut r, args, f);
     link::link(&mut r, f);
+    console::console(&mut r, args, f);
+    peers::peers(&mut r, args, f);
     baseline::beside(&mut r, args, f);
 
     if let Some(metrics) = &f.metrics_sample {

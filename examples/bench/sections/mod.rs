@@ -2,16 +2,20 @@
 //! A figure that a target compares with the previous version is measured for this build and,
 //! with `--baseline`, for the baseline build right after it, so that both see the same machine
 //! within minutes of each other. The recovery sections (`crash`, `intake`) are in `recovery`,
-//! the broker link's (`link`, this build only) in `link`.
+//! the broker link's (`link`, this build only) in `link`, the web console's in `console`, BullMQ's
+//! and pg-boss's beside the daemon's in `peers`.
 
 mod backup;
 mod cancel;
+mod console;
 mod data;
 mod link;
+mod peers;
 mod recovery;
 mod spans;
 
 pub use link::{DISTANT_LATENCY, DISTANT_RATE, DISTANT_SECS};
+pub use peers::PEERS;
 pub use spans::VARIANTS as SPAN_VARIANTS;
 
 use std::path::{Path, PathBuf};
@@ -228,6 +232,12 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
     }
     if args.wants("link") {
         link::link(ctx, f).await;
+    }
+    if args.wants("console") {
+        console::console(ctx, f).await;
+    }
+    if args.wants("peers") {
+        peers::peers(ctx, f).await;
     }
 }
 

@@ -9,7 +9,7 @@ use chrono::Utc;
 use futures::StreamExt;
 use timer_service::nats::streams::ensure_command_stream;
 
-use super::{Carried, Run, command_with, meter, start_daemons, stop, traceparent};
+use super::{Carried, Run, command_with, meter, start_daemons, stop, traceparent, wait_for_api};
 use crate::daemon::Settings;
 use crate::raw::publish_pipelined;
 use crate::world::World;
@@ -27,32 +27,83 @@ pub async fn ingest_with(
     daemons: &[Settings],
     carried: Carried<'_>,
 ) -> Run {
+    ingest_observed(world, n, daemons, carried, Intake::Backlog)
+        .await
+        .run
+}
+
+/// Where the commands of an ingest come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intake {
+    /// Queued while no daemon runs; timed from the first process start.
+    Backlog,
+    /// Published as fast as one client can (1,000 PubAcks awaited at once) while the daemons
+    /// run; timed from the first publish.
+    Live,
+}
+
+/// An ingest's rate, and how soon the first command was applied.
+pub struct Ingested {
+    pub run: Run,
+    /// From the first process start to the first command acknowledged (applied), with a
+    /// backlog: the start-up a backlog waits for.
+    pub first_applied: Option<Duration>,
+}
+
+/// `n` commands taken in from `intake`: commands stored and acknowledged per second, until the
+/// work queue is empty.
+pub async fn ingest_observed(
+    world: &World,
+    n: usize,
+    daemons: &[Settings],
+    carried: Carried<'_>,
+    intake: Intake,
+) -> Ingested {
     let mut stream = ensure_command_stream(&world.js, &daemons[0].broker_names())
         .await
         .expect("command stream");
     let due = Utc::now() + chrono::Duration::days(1);
-    publish_pipelined(&world.js, n, 1000, |i| {
-        let mut message = PublishMessage::build().payload(command_with(
-            &format!("t{}", i % 10),
-            &format!("ingest-{i}"),
-            due + chrono::Duration::milliseconds(i as i64),
-            carried.data,
-        ));
-        if carried.traced {
-            message = message.header("traceparent", traceparent(i).as_str());
+    let publish = || {
+        publish_pipelined(&world.js, n, 1000, |i| {
+            let mut message = PublishMessage::build().payload(command_with(
+                &format!("t{}", i % 10),
+                &format!("ingest-{i}"),
+                due + chrono::Duration::milliseconds(i as i64),
+                carried.data,
+            ));
+            if carried.traced {
+                message = message.header("traceparent", traceparent(i).as_str());
+            }
+            (format!("timer.cmd.schedule.t{}", i % 10), message)
+        })
+    };
+    let (running, cpu, started) = match intake {
+        Intake::Backlog => {
+            publish().await;
+            let running = start_daemons(world, daemons);
+            let cpu = meter(world, &running);
+            let started = running[0].started;
+            (running, cpu, started)
         }
-        (format!("timer.cmd.schedule.t{}", i % 10), message)
-    })
-    .await;
-    let running = start_daemons(world, daemons);
-    let cpu = meter(world, &running);
-    let started = running[0].started;
+        Intake::Live => {
+            let running = start_daemons(world, daemons);
+            wait_for_api(world, "t0").await;
+            let cpu = meter(world, &running);
+            let started = Instant::now();
+            publish().await;
+            (running, cpu, started)
+        }
+    };
+    let mut first_applied = None;
     loop {
         let left = stream
             .info()
             .await
             .map(|i| i.state.messages)
             .unwrap_or(u64::MAX);
+        if first_applied.is_none() && left < n as u64 {
+            first_applied = Some(started.elapsed());
+        }
         if left == 0 {
             break;
         }
@@ -64,10 +115,15 @@ pub async fn ingest_with(
     }
     let elapsed = started.elapsed();
     let cpu = cpu.finish();
-    Run {
-        per_second: n as f64 / elapsed.as_secs_f64(),
-        peak_rss_mib: stop(running),
-        cpu,
+    Ingested {
+        run: Run {
+            per_second: n as f64 / elapsed.as_secs_f64(),
+            peak_rss_mib: stop(running),
+            cpu,
+        },
+        first_applied: (intake == Intake::Backlog)
+            .then_some(first_applied)
+            .flatten(),
     }
 }
 

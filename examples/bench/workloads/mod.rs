@@ -13,7 +13,8 @@
 //! - `backup`: backups of a live SQLite file, and what they cost the daemon's writer;
 //! - `cancel`: a CancelTimers of a million timers beside a steady load;
 //! - `link`: the broker reached through a proxy whose path goes silent and heals, or moves
-//!   away.
+//!   away;
+//! - `peers`: BullMQ and pg-boss on the same workloads, driven from Node.
 //!
 //! This module holds what they share: starting and stopping the daemons, publishing a steady
 //! stream of timers, and collecting the lateness of their events.
@@ -22,16 +23,22 @@ mod api;
 mod backlog;
 mod backup;
 mod cancel;
+mod console;
 mod link;
+mod peers;
 mod recovery;
 mod steady;
 mod tenants;
 
 pub use api::api_throughput;
-pub use backlog::{Failure, catch_up, failover, fire, fire_with, ingest, ingest_with};
+pub use backlog::{
+    Failure, Intake, catch_up, failover, fire, fire_with, ingest, ingest_observed, ingest_with,
+};
 pub use backup::{backups_under_load, writer_beside_backups};
 pub use cancel::{BULK_TENANT, cancel_under_load};
+pub use console::{LOADS, Page, WhaleShape, console};
 pub use link::{SILENCE, Silence, distant, silent_path};
+pub use peers::{Driver, PeerLateness, PeerStore, Redis};
 pub use recovery::{BULK_N, CRASH_N, CRASH_RATE, crash, intake};
 pub use steady::{LatenessRun, Load, lateness, native_lateness, retention_under_load};
 pub use tenants::{ReadsShape, noisy, reads};
@@ -168,6 +175,27 @@ where
     for ack in acks {
         ack.await.expect("PubAck");
     }
+}
+
+/// A steady load ([`schedule_steady`]): timer `late-{i}` of tenant `tenant_of(i)`.
+async fn schedule_late(
+    js: &jetstream::Context,
+    rate: u32,
+    count: usize,
+    lead: Duration,
+    tenant_of: impl Fn(usize) -> String,
+) {
+    schedule_steady(rate, count, lead, |i, due| {
+        let (js, tenant) = (js.clone(), tenant_of(i));
+        async move {
+            js.publish(
+                format!("timer.cmd.schedule.{tenant}"),
+                command(&tenant, &format!("late-{i}"), due),
+            )
+            .await
+        }
+    })
+    .await;
 }
 
 type Samples = Arc<Mutex<Vec<f64>>>;

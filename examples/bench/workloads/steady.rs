@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use async_nats::HeaderMap;
 use async_nats::jetstream::stream;
 
-use super::{collect_lateness, command, meter, schedule_steady, start_daemons, stop, wait_for};
+use super::{
+    collect_lateness, meter, schedule_late, schedule_steady, start_daemons, stop, wait_for,
+};
 use crate::daemon::Settings;
 use crate::support::{http_get, rfc3339};
 use crate::world::World;
@@ -72,18 +74,9 @@ pub async fn lateness(
         ))
     });
     let cpu = meter(world, &running);
-    let js = world.js.clone();
     let tenants = if load.tenants == 0 { 10 } else { load.tenants } as usize;
-    schedule_steady(rate, expected, lead, move |i, due| {
-        let js = js.clone();
-        async move {
-            let tenant = format!("t{}", i % tenants);
-            js.publish(
-                format!("timer.cmd.schedule.{tenant}"),
-                command(&tenant, &format!("late-{i}"), due),
-            )
-            .await
-        }
+    schedule_late(&world.js, rate, expected, lead, |i| {
+        format!("t{}", i % tenants)
     })
     .await;
     let samples = wait_for(received, expected, Duration::from_secs(15)).await;

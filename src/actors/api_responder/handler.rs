@@ -147,3 +147,74 @@ impl Handler {
         Ok((verb, tenant_id))
     }
 }
+
+#[cfg(test)]
+impl Handler {
+    /// A handler over a Persistence that is not running, publishing through `publisher`.
+    pub(super) fn for_tests(publisher: Arc<dyn CommandPublisher>) -> Self {
+        let registry = Registry::new("api-test");
+        Self {
+            persistence: registry.persistence(),
+            registry,
+            publisher,
+            clock: Arc::new(crate::ports::SystemClock),
+            subjects: Subjects::default(),
+            epochs: Arc::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::ports::{BusError, PublishError};
+
+    /// A publisher whose command was stored (a PubAck came) but whose stream's incarnation could
+    /// not be read afterwards.
+    struct StoredUnordered;
+
+    #[async_trait]
+    impl CommandPublisher for StoredUnordered {
+        async fn publish(
+            &self,
+            _subject: String,
+            _payload: Bytes,
+        ) -> Result<(StreamIncarnation, u64), PublishError> {
+            Err(PublishError::Unordered {
+                seq: 7,
+                reason: "stream TIMER_COMMANDS unavailable".into(),
+            })
+        }
+
+        async fn handled_through(&self, _seq: u64) -> Result<u64, BusError> {
+            Ok(0)
+        }
+    }
+
+    /// A cancel whose PubAck came is in the stream and applied from there, whatever fails
+    /// after: the answer says so, never that the stream did not store it.
+    #[tokio::test]
+    async fn a_cancel_stored_but_not_ordered_is_not_called_unstored() {
+        let handler = Handler::for_tests(Arc::new(StoredUnordered));
+        let error = handler
+            .handle("timer.api.cancel.acme", br#"{"serviceCallId":"sc-7"}"#)
+            .await
+            .unwrap_err();
+        assert_eq!(error.code, 500);
+        assert!(
+            error
+                .message
+                .contains("is in the command stream (sequence 7) and is applied from there"),
+            "{}",
+            error.message
+        );
+        assert!(
+            !error.message.contains("did not store"),
+            "{}",
+            error.message
+        );
+    }
+}

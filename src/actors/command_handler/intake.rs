@@ -2,9 +2,9 @@
 //! placed in its key's order (its stream incarnation's epoch and its sequence there, see
 //! `domain::order`), parsed and validated. Rejections are reported and settled at once;
 //! accepted commands join the gathered ones for the next transaction (where they are decided
-//! against their tenants' quotas, see `quota`); a `CancelTimers` goes to the Canceller once
-//! those before it are committed. The commands of an incarnation whose epoch cannot be had now (the
-//! database fails) are handed back to the broker, as a failed store.
+//! against their tenants' quotas, see `quota`); a `CancelTimers` goes to the Canceller, which
+//! waits for those before it on its line. The commands of an incarnation whose epoch cannot be
+//! had now (the database fails) are handed back to the broker, as a failed store.
 
 use std::collections::HashMap;
 
@@ -93,13 +93,14 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
     }
 }
 
-/// Hands each `CancelTimers` to the Canceller once every command gathered before it is
-/// committed, so that its steps find the timers those schedule (docs/CONTRACT.md §3). When
-/// those could not be stored, they are handed back with them. Otherwise the Canceller takes
-/// it even while earlier attempts failed: it waits for the commands before it on its line
-/// (those handed back, delivered again) and retries its steps until the database answers.
+/// Hands each `CancelTimers` to the Canceller at once: the Canceller waits on its own for the
+/// commands before it on its line (those gathered here, committed by the pipeline in its own
+/// time, and those handed back and delivered again), so that its steps find the timers those
+/// schedule (docs/CONTRACT.md §3). Committing them here first stalled every tenant's intake
+/// behind another tenant's gathered burst (up to [`super::pipeline::GROUP_MAX`] commands) for
+/// each `CancelTimers`. When a transaction failed since the last pull, the cancels go back to
+/// the broker with the commands that failed, and come again after them.
 async fn start_cancels(state: &mut CommandHandlerState, many: Vec<(CancelMany, InboundCommand)>) {
-    state.pipeline.finish(&state.args).await;
     if state.pipeline.failed_now() {
         let cause = "the commands before them could not be stored".to_owned();
         let deliveries = many.into_iter().map(|(_, inbound)| inbound).collect();

@@ -8,6 +8,7 @@
 //! they are rejected with the database's reason, the rest stored. A command is acknowledged
 //! only after its own commit.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -289,17 +290,25 @@ async fn acknowledge(commands: impl Iterator<Item = InboundCommand>) {
     }
 }
 
-/// Counts commands as stored, and wakes the Poller for the earliest timer among them.
+/// Counts commands as stored (in all, and by tenant for the console), and wakes the Poller for
+/// the earliest timer among them.
 fn stored<'a>(args: &CommandHandlerArgs, commands: impl Iterator<Item = &'a Command>) {
     let mut count = 0;
+    let mut by_tenant: HashMap<&str, u32> = HashMap::new();
     let earliest = commands
-        .inspect(|_| count += 1)
+        .inspect(|c| {
+            count += 1;
+            *by_tenant.entry(c.tenant_id.as_str()).or_default() += 1;
+        })
         .filter_map(|c| match c.action {
             Action::Schedule { due_at, .. } => Some(due_at),
             Action::Cancel => None,
         })
         .min();
     metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "stored").increment(count);
+    for (tenant, n) in by_tenant {
+        crate::telemetry::record_accepted(tenant, n);
+    }
     if let (Some(at), Some(poller)) = (earliest, args.registry.get::<PollerMsg>(Poller::NAME)) {
         let _ = poller.cast(PollerMsg::WakeAt(at));
     }

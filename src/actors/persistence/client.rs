@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use ractor::ActorRef;
 use ractor::concurrency::OneshotReceiver;
 
-use super::{Class, Op, Operation, Persistence, PersistenceMsg};
+use super::{Class, Op, Operation, Persistence, PersistenceMsg, ReadLimit};
 use crate::actors::registry::Registry;
 use crate::actors::supervisor::NamedActor;
 use crate::domain::api::{ListFilter, ListPage, TenantStats};
@@ -23,6 +23,7 @@ use crate::storage::fair::FairBatch;
 use crate::storage::{Applied, Claimant, DueBatch, PendingCounts, Store, StoreError};
 
 mod cancel_many;
+mod overview;
 
 /// Why a call to Persistence did not produce an answer.
 #[derive(Debug, thiserror::Error)]
@@ -324,10 +325,21 @@ impl PersistenceClient {
         tenant_id: &str,
         window: ForecastWindow,
     ) -> Result<Vec<ForecastMinute>, CallError> {
+        self.forecast_within(tenant_id, window, ReadLimit::Api)
+            .await
+    }
+
+    /// [`Self::forecast`], stopped past `limit` rather than the API's read limit.
+    pub async fn forecast_within(
+        &self,
+        tenant_id: &str,
+        window: ForecastWindow,
+        limit: ReadLimit,
+    ) -> Result<Vec<ForecastMinute>, CallError> {
         let tenant_id = tenant_id.to_owned();
         self.run(
             "forecast",
-            Class::tenant_read(&tenant_id),
+            Class::tenant_read_within(&tenant_id, limit),
             Op::Read,
             1,
             move |store, _| Box::pin(async move { store.forecast(&tenant_id, &window).await }),

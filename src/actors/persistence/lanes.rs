@@ -201,8 +201,14 @@ impl Lane {
             };
             if let Some((queued, key)) = popped {
                 self.record_depth(depth);
+                let waited = queued.since.elapsed();
                 metrics::histogram!(crate::telemetry::DATABASE_WAIT, "lane" => self.spec.name)
-                    .record(queued.since.elapsed().as_secs_f64());
+                    .record(waited.as_secs_f64());
+                crate::telemetry::lanes::lanes().waited(
+                    self.spec.name,
+                    waited,
+                    crate::telemetry::recent::now_ms(),
+                );
                 return Some(Taken {
                     operation: queued.operation,
                     key,
@@ -231,6 +237,7 @@ impl Lane {
     fn record_depth(&self, depth: usize) {
         metrics::gauge!(crate::telemetry::DATABASE_QUEUE_DEPTH, "lane" => self.spec.name)
             .set(depth as f64);
+        crate::telemetry::lanes::lanes().depth(self.spec.name, depth);
     }
 }
 

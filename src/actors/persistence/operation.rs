@@ -5,7 +5,7 @@
 use futures::future::BoxFuture;
 use ractor::RpcReplyPort;
 
-use super::worker::{Meta, Op, Work, Worker};
+use super::worker::{Meta, Op, ReadLimit, Work, Worker};
 use crate::storage::StoreError;
 
 /// Which kind of work an operation is. A lane serves its classes in this order of priority: a
@@ -26,16 +26,22 @@ pub enum Class {
     Background,
     /// A read on a reader connection, beside the writer. Reads take turns by `key` (a tenant;
     /// the daemon's own counts have the empty key), so one tenant's flood of reads waits behind
-    /// itself. A `limited` read is stopped past the read time limit (API reads).
-    Read { key: String, limited: bool },
+    /// itself, and stops past its [`ReadLimit`].
+    Read { key: String, limit: ReadLimit },
 }
 
 impl Class {
     /// A read of `tenant`'s, stopped past the read time limit: the API's reads.
     pub fn tenant_read(tenant: &str) -> Self {
+        Self::tenant_read_within(tenant, ReadLimit::Api)
+    }
+
+    /// A read of `tenant`'s in its turns, stopped past `limit`: the console's background
+    /// forecasts, which nobody waits for and which may take longer than an API read.
+    pub fn tenant_read_within(tenant: &str, limit: ReadLimit) -> Self {
         Self::Read {
             key: tenant.to_owned(),
-            limited: true,
+            limit,
         }
     }
 
@@ -43,7 +49,18 @@ impl Class {
     pub fn own_read() -> Self {
         Self::Read {
             key: String::new(),
-            limited: false,
+            limit: ReadLimit::Unlimited,
+        }
+    }
+
+    /// A read of the daemon's own that takes its turns under `key` (which no tenant id can be:
+    /// it starts with `#`), so it neither waits behind the other own reads nor holds them up:
+    /// the console's count of every tenant walks every pending row. No time limit.
+    pub fn own_read_as(key: &'static str) -> Self {
+        debug_assert!(key.starts_with('#'));
+        Self::Read {
+            key: key.to_owned(),
+            limit: ReadLimit::Unlimited,
         }
     }
 
@@ -122,14 +139,17 @@ impl Operation {
             rows,
             job,
         } = self;
-        let limited = matches!(class, Class::Read { limited: true, .. });
+        let limit = match class {
+            Class::Read { limit, .. } => limit,
+            _ => ReadLimit::Unlimited,
+        };
         job.run(
             worker,
             Meta {
                 name,
                 kind,
                 rows,
-                limited,
+                limit,
                 probe: class == Class::Probe,
             },
         )

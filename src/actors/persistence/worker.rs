@@ -31,14 +31,25 @@ pub enum Op {
 pub type Work<T> =
     Box<dyn for<'s> FnOnce(&'s Store, &'s Claimant) -> BoxFuture<'s, Result<T, StoreError>> + Send>;
 
+/// How long a read may run before it is stopped (besides the lane's own deadline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReadLimit {
+    /// The API's read time limit (`[api] read_timeout`).
+    Api,
+    /// This long.
+    Within(std::time::Duration),
+    /// None: the daemon's own reads, one at a time.
+    Unlimited,
+}
+
 /// What a worker needs to know of an operation besides its work.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Meta {
     pub name: &'static str,
     pub kind: Op,
     pub rows: usize,
-    /// Stopped past the read time limit.
-    pub limited: bool,
+    /// When a read is stopped.
+    pub limit: ReadLimit,
     /// The health probe, which has a shorter deadline of its own.
     pub probe: bool,
 }
@@ -93,12 +104,16 @@ impl Worker {
     }
 
     /// Runs `work` on this connection: opens it when needed, bounds it by the deadline (and the
-    /// read time limit when `meta.limited`), and settles the outcome.
+    /// read's limit, `meta.limit`), and settles the outcome.
     pub(super) async fn execute<T>(&mut self, meta: Meta, work: Work<T>) -> Result<T, StoreError> {
         let started = Instant::now();
         let setup = self.setup.clone();
         let deadline = self.deadline(meta.probe);
-        let limit = meta.limited.then_some(setup.read_timeout);
+        let limit = match meta.limit {
+            ReadLimit::Api => Some(setup.read_timeout),
+            ReadLimit::Within(limit) => Some(limit),
+            ReadLimit::Unlimited => None,
+        };
         // Only the writing lanes speak for the database's health: a slow read is the reader's.
         let watched = deadline.is_some() && !self.reader;
         if watched {

@@ -11,7 +11,7 @@ use ractor::{ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 
 use super::fairness::SHARING_CLAIM;
-use super::marks::{self, Marked};
+use super::marks::{self, MARK_AT_MOST, Marked};
 use super::phase::{NextClaim, Phase};
 use super::run::Run;
 use super::{PollerMsg, PollerState, claim_size};
@@ -40,9 +40,11 @@ enum Answer {
 }
 
 impl PollerState {
-    /// Claims the due timers in `dueAt` order, after the cursor, fenced by the run.
-    pub(super) fn claim_due(&self, myself: &ActorRef<PollerMsg>) {
-        let after = self.run.as_ref().and_then(|run| run.cursor().cloned());
+    /// Claims the due timers in `dueAt` order, after the cursor (or from a timer stored due
+    /// before it), fenced by the run.
+    pub(super) fn claim_due(&mut self, myself: &ActorRef<PollerMsg>) {
+        let stored = self.stored_since_claim.take();
+        let after = self.run.as_ref().and_then(|run| run.claim_after(stored));
         let fence = self.run.as_ref().map(Run::fence);
         let limit = match self.short_writes() {
             true => SHARING_CLAIM.min(claim_size(self.args.batch_size)),
@@ -58,7 +60,9 @@ impl PollerState {
     /// Whether this claim or mark is kept to [`SHARING_CLAIM`] timers: tenants share a backlog,
     /// on a database where that shortens the fair claims' wait (`fairness`).
     fn short_writes(&self) -> bool {
-        self.args.short_writes && self.fairness.sharing(Instant::now())
+        let full = claim_size(self.args.batch_size);
+        self.fairness
+            .short_writes(Instant::now(), self.args.short_writes, full)
     }
 
     /// Claims a share of the due timers of each tenant with none held.
@@ -147,6 +151,9 @@ impl PollerState {
                 // `reachedAt`.
                 let decided_at = batch.server_now.unwrap_or(asked_at);
                 let full = batch.timers.len() >= limit;
+                self.fairness
+                    .pace
+                    .observe(batch.timers.len(), started.elapsed());
                 let last = batch.timers.last().map(DueTimer::position);
                 self.hold(batch.timers, decided_at, started);
                 if let (Some(run), Some(last)) = (&mut self.run, last) {
@@ -172,10 +179,11 @@ impl PollerState {
     /// Marks everything owed, in one transaction, in a task of its own; the answer comes back
     /// as `PollerMsg::Marked`. `backoff`, under way, goes on after it.
     pub(super) fn mark(&mut self, myself: &ActorRef<PollerMsg>, backoff: Option<Instant>) {
-        // Short while other tenants are served beside a backlog (`fairness`).
+        // Short while other tenants are served beside a backlog (`fairness`), and bounded
+        // always (`marks::MARK_AT_MOST`).
         let at_most = match self.short_writes() {
             true => SHARING_CLAIM,
-            false => usize::MAX,
+            false => MARK_AT_MOST,
         };
         let batches = self.marks.take(at_most);
         let persistence = self.args.registry.persistence();

@@ -10,9 +10,11 @@
 //!
 //! A fair claim waits for the one write under way on its connection. While other tenants are
 //! served beside a backlog (a fair claim took timers within [`SHARING_MEMORY`]), the Poller's
-//! other writes stay short for them on a database where a write's time grows with its rows
-//! (PostgreSQL; `DatabaseTarget::short_writes_while_sharing`): a claim in `dueAt` order takes
-//! [`SHARING_CLAIM`] timers instead of thousands, and a mark as many (`marks`). With nothing to
+//! other writes stay short for them where a write's time grows with its rows: a claim in
+//! `dueAt` order takes [`SHARING_CLAIM`] timers instead of thousands, and a mark as many
+//! (`marks`). That is always so on PostgreSQL (`DatabaseTarget::short_writes_while_sharing`),
+//! and elsewhere when the claims in `dueAt` order show that a full one holds the writer longer
+//! than [`LONG_WRITE`] ([`WritePace`]: a SQLite file on a slow or busy machine). With nothing to
 //! share, claims and marks stay large, which drains a burst fastest.
 
 use std::collections::BTreeSet;
@@ -36,6 +38,43 @@ pub const SHARING_CLAIM: usize = 500;
 /// ([`SHARING_CLAIM`]): a quiet tenant's next timer is likely due within it.
 pub const SHARING_MEMORY: Duration = Duration::from_secs(1);
 
+/// How long a full claim may hold the writer before writes are kept short while tenants share,
+/// on a database whose writes are mostly their commit (SQLite: a claim of 2,000 took 15–30 ms
+/// in a release build, where short writes made the quiet tenant later, and 290–370 ms in a test
+/// build beside a burst, where a fair claim waited for all of it). Well above the first, so
+/// that a release build's claims, a commit's wait included, stay large.
+pub const LONG_WRITE: Duration = Duration::from_millis(100);
+
+/// Claims smaller than this say little about the time per row: their fixed cost dominates.
+const PACE_ROWS: usize = 200;
+
+/// The time per row of the claims in `dueAt` order, from call to answer (what a fair claim
+/// asked meanwhile waits for), smoothed over the last few.
+#[derive(Debug, Default)]
+pub struct WritePace {
+    per_row: Option<Duration>,
+}
+
+impl WritePace {
+    /// A claim of `rows` timers took `took`.
+    pub fn observe(&mut self, rows: usize, took: Duration) {
+        if rows < PACE_ROWS {
+            return;
+        }
+        let this = took / rows as u32;
+        self.per_row = Some(match self.per_row {
+            Some(before) => (before * 3 + this) / 4,
+            None => this,
+        });
+    }
+
+    /// Whether a write of `rows` would hold the writer longer than [`LONG_WRITE`].
+    pub fn long(&self, rows: usize) -> bool {
+        self.per_row
+            .is_some_and(|per_row| per_row * rows as u32 > LONG_WRITE)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Fairness {
     /// When the last fair claim was asked for.
@@ -45,6 +84,8 @@ pub struct Fairness {
     resume_after: Option<String>,
     /// When a fair claim last took timers.
     served: Option<Instant>,
+    /// How long the claims in `dueAt` order hold the writer.
+    pub pace: WritePace,
 }
 
 /// What one fair claim asks Persistence for (`PersistenceClient::claim_fair`).
@@ -96,11 +137,17 @@ impl Fairness {
         }
     }
 
-    /// Whether other tenants are served beside a backlog at `now`: the Poller's writes are
-    /// kept to [`SHARING_CLAIM`] timers.
+    /// Whether other tenants are served beside a backlog at `now`.
     pub fn sharing(&self, now: Instant) -> bool {
         self.served
             .is_some_and(|at| now.saturating_duration_since(at) < SHARING_MEMORY)
+    }
+
+    /// Whether the Poller's writes are kept to [`SHARING_CLAIM`] timers at `now`: while others
+    /// are served beside a backlog, where the database says writes grow with their rows
+    /// (`always`) or a full write of `full` timers would be long ([`WritePace`]).
+    pub fn short_writes(&self, now: Instant, always: bool, full: usize) -> bool {
+        self.sharing(now) && (always || self.pace.long(full))
     }
 
     /// A run ended: the next walk starts from the first tenant.
@@ -165,6 +212,41 @@ mod tests {
         fairness.run_ended();
         let after_run = fairness.start(now + 2 * FAIR_EVERY, BTreeSet::new(), None);
         assert_eq!(after_run.resume_after, None);
+    }
+
+    #[test]
+    fn writes_stay_short_while_sharing_where_a_full_claim_is_long() {
+        let mut fairness = Fairness::default();
+        let now = Instant::now();
+        fairness.answered(now, None, 3);
+        assert!(
+            fairness.short_writes(now, true, 2_000),
+            "PostgreSQL: always"
+        );
+        assert!(
+            !fairness.short_writes(now, false, 2_000),
+            "nothing measured yet"
+        );
+        // 2,000 in 20 ms: a release build's SQLite claim.
+        fairness.pace.observe(2_000, Duration::from_millis(20));
+        assert!(!fairness.short_writes(now, false, 2_000));
+        // Small claims say nothing of the time per row.
+        fairness.pace.observe(10, Duration::from_millis(20));
+        assert!(!fairness.short_writes(now, false, 2_000));
+        // 2,000 in 290 ms, a few times: the writer is slow, keep writes short.
+        for _ in 0..3 {
+            fairness.pace.observe(2_000, Duration::from_millis(290));
+        }
+        assert!(fairness.short_writes(now, false, 2_000));
+        assert!(
+            !fairness.short_writes(now + SHARING_MEMORY, false, 2_000),
+            "only while sharing"
+        );
+        // Short claims of 500 that stay quick bring the long ones back.
+        for _ in 0..8 {
+            fairness.pace.observe(500, Duration::from_millis(5));
+        }
+        assert!(!fairness.short_writes(now, false, 2_000));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use ractor::ActorRef;
 use tokio::time::Instant;
 
-use super::marks::{self, Marked};
+use super::marks::{self, MARK_AT_MOST, Marked};
 use super::phase::{Claim, NextClaim, Phase, Round};
 use super::queue::Waiting;
 use super::run::Run;
@@ -39,7 +39,11 @@ impl PollerState {
         if backoff.is_none() {
             self.phase = Phase::Idle;
         }
-        let claims_first = self.round_asked && backoff.is_none() && self.marks.yields_to_claims();
+        // A closed run takes no claim: a round asked for then must not put off the mark owed,
+        // or nothing would be left to call `advance` again (no batch at the broker).
+        let closed = self.run.as_ref().is_some_and(Run::closed);
+        let claims_first =
+            self.round_asked && backoff.is_none() && !closed && self.marks.yields_to_claims();
         if !claims_first
             && self
                 .marks
@@ -73,6 +77,7 @@ impl PollerState {
                 actor = "poller",
                 "a publishing task ended without an outcome"
             );
+            self.failed_publish();
             self.retry_later(myself);
         }
         let published_any = !answers.published.is_empty();
@@ -87,12 +92,7 @@ impl PollerState {
             Some(error) => {
                 tracing::warn!(actor = "poller", error = %error,
                     "DueTimeReached not acknowledged by the broker; timers stay Scheduled and are retried");
-                // They are behind the cursor, and claimed in this run: claim from the first due
-                // timer once the run ends, whatever wake-up is planned by then.
-                match &mut self.run {
-                    Some(run) => run.rewind(),
-                    None => self.round_asked = true,
-                }
+                self.failed_publish();
                 self.retry_later(myself);
             }
             None if published_any && self.failures.succeeded() > 0 => {
@@ -103,6 +103,16 @@ impl PollerState {
         // More may be due, or timers wait (the fair claim of their turn may be due).
         if self.next_claim == NextClaim::AsBatchesSettle || !self.publisher.queue_is_empty() {
             self.round_asked = true;
+        }
+    }
+
+    /// A batch was not published: its timers are behind the cursor and fenced, claimed in this
+    /// run. The run takes no more claims, so that it ends as soon as what it holds settles, and
+    /// the claim after it, from the first due timer, takes them again (`Run::close`).
+    fn failed_publish(&mut self) {
+        match &mut self.run {
+            Some(run) => run.close(),
+            None => self.round_asked = true,
         }
     }
 
@@ -132,7 +142,7 @@ impl PollerState {
             return;
         }
         if self.run.as_ref().is_some_and(Run::closed) {
-            // A failed claim closed the run: the next claim waits for its end.
+            // A failure closed the run: the next claim waits for its end.
             return;
         }
         self.next_claim_of(myself, Round::begin(backlog));
@@ -142,7 +152,8 @@ impl PollerState {
     pub(super) fn next_claim_of(&mut self, myself: &ActorRef<PollerMsg>, mut round: Round) {
         let batch_size = self.args.batch_size;
         let (held, limit) = (self.publisher.held(), hold_limit(batch_size));
-        let room = held + claim_size(batch_size) <= limit;
+        // Room to hold another claim, and not so many owed their mark that it would be long.
+        let room = held + claim_size(batch_size) <= limit && self.marks.timers() < MARK_AT_MOST;
         let now = Instant::now();
         let fairness = &self.fairness;
         match round.next(|backlog| fairness.due(now, backlog, held, limit), room) {
@@ -188,7 +199,8 @@ impl PollerState {
     /// A graceful stop: waits, within its share of the stop's budget (`crate::stop`), for the
     /// batches at the broker and a mark under way, then marks what they fired. A claim under way
     /// is not waited for: its timers stay claimed, as the queued ones do, and are claimed again
-    /// after a restart.
+    /// after a restart; on a shared database the daemon gives those claims up with its name
+    /// once every actor has stopped (`daemon::name`), so the other daemons fire them at once.
     pub(super) async fn stop(&mut self) {
         self.wake.cancel();
         // One deadline for them all: each batch's own wait is bounded too, but a hundred of

@@ -1,7 +1,9 @@
 //! Published timers owed their `Reached` mark. One mark, one transaction, covers many batches:
 //! a transaction per batch cost more than the marks themselves (on PostgreSQL, four round trips
 //! each). So while batches are at the broker a mark waits for [`MARK_AT_LEAST`] timers, and once
-//! none is, everything owed is marked, so that the run can end (`run`). Timers the broker
+//! none is, everything owed is marked, so that the run can end (`run`); never more than
+//! [`MARK_AT_MOST`] in one mark, and a round of claims stops for a mark once that many are
+//! owed. Timers the broker
 //! acknowledged but that could not be marked stay owed, and nothing new is claimed before they
 //! are marked: claimed again while still `Scheduled`, they would be published again.
 
@@ -13,6 +15,12 @@ use crate::domain::DueTimer;
 
 /// Published timers marked `Reached` together, at least, while batches are at the broker.
 pub const MARK_AT_LEAST: usize = 1_000;
+
+/// Published timers one mark covers at most, and owed at most before a round of claims stops
+/// for a mark. A mark's time grows with its size: unbounded, a backlog claimed and published
+/// in one long round came to a mark of 189,000 timers that outlasted PostgreSQL's operation
+/// deadline (15 s), failed, and failed again at every retry, while nothing new was claimed.
+pub const MARK_AT_MOST: usize = 5_000;
 
 /// Timers of one batch the broker acknowledged, and what their mark needs.
 #[derive(Clone)]

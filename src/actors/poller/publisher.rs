@@ -323,10 +323,7 @@ async fn publish(
                     .to_std()
                     .unwrap_or_default();
                 lateness.record(late.as_secs_f64());
-                crate::telemetry::record_fired(&timer.tenant_id, late);
-                if expired {
-                    crate::telemetry::record_expired(&timer.tenant_id);
-                }
+                crate::telemetry::record_fired(&timer.tenant_id, late, expired);
                 fired.push(timer);
             }
             Err(e) => {

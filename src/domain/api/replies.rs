@@ -41,6 +41,10 @@ pub struct TimerView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<schema_types::UtcInstant>")]
     pub expires_at: Option<String>,
+    /// The trace id (32 hex digits) of the `traceparent` its ScheduleTimer carried, to find the
+    /// trace in a tracing backend. Absent when it carried none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 impl From<&Timer> for TimerView {
@@ -56,6 +60,7 @@ impl From<&Timer> for TimerView {
             state: timer.state.as_str().to_owned(),
             data: timer.data.clone(),
             expires_at: timer.expires_at.map(format_utc),
+            trace_id: timer.trace.as_ref().map(|t| t.trace_id().to_owned()),
         }
     }
 }

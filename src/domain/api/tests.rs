@@ -153,6 +153,7 @@ fn timer_with_data(i: usize, data: Option<&str>) -> Timer {
         cancelled_seq: None,
         data: data.map(|d| TimerData::from_stored(d.into()).unwrap()),
         expires_at: None,
+        trace: None,
     }
 }
 

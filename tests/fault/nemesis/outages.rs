@@ -124,7 +124,14 @@ impl Nemesis {
     async fn oldest_unprocessed_command(&self) -> Option<Instant> {
         let mut stream = self.admin.js.get_stream("TIMER_COMMANDS").await.ok()?;
         let first = stream.info().await.ok()?.state.first_sequence;
-        let message = stream.get_raw_message(first).await.ok()?;
+        // The first message at or after it: the one the info named may be acknowledged, and
+        // gone, by now (a fallback to "now" then let a command stored just before the deletion
+        // count as acknowledged and lost). The server takes a wildcard as `next_by_subj`
+        // (nats-server 2.15: sequence 2 of three found by `>` from 2).
+        let message = stream
+            .get_first_raw_message_by_subject(">", first)
+            .await
+            .ok()?;
         Some(Instant::from_timestamp_nanos(
             message.time.unix_timestamp_nanos() as i64,
         ))
