@@ -3,12 +3,14 @@
 //! A cancel of many timers is work of unknown size (a million timers is a few minutes of
 //! writes), so it runs here, beside the CommandHandler, not inside its transactions: the
 //! commands after it on its line go on being stored meanwhile, and its steps keep its place in
-//! the stream by the rows' order (`storage::cancel_many`), not by waiting. Each step cancels at
-//! most [`STEP`] timers, in turn with the command commits (claims go first: as background
-//! work, a step could wait out another tenant's whole burst of commits, past its timers'
-//! `dueAt`),
-//! with the Janitor's pause after it (`steps::PAUSE`); the jobs of several tenants take turns
-//! step by step.
+//! the stream by the rows' order (`storage::cancel_many`), not by waiting. The jobs take turns
+//! at the writer: each turn is one transaction that takes a step of every job waiting, in
+//! their order, [`STEP`] timers at most in all, in turn with the command commits (claims go
+//! first: as background work, a step could wait out another tenant's whole burst of commits,
+//! past its timers' `dueAt`), with the Janitor's pause after a full one (`steps::PAUSE`). So
+//! a flood of small cancels (a few timers each) is one turn of the writer, not one each: a
+//! turn waits its place among the commits of a burst, and one at a time, they fell behind
+//! by that wait each.
 //!
 //! A job first waits (at most [`EARLIER_COMMANDS_WAIT`]) until the commands before it on its
 //! line are handled, by whichever daemon reads them: the CommandHandler commits what it
@@ -28,7 +30,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -40,11 +42,14 @@ use crate::backoff::Retries;
 use crate::domain::CancelMany;
 use crate::ports::{CommandPublisher, InboundCommand};
 
-/// Timers one step cancels, in a transaction of its own: 500 take about 5 ms of the writer on
-/// SQLite in a release build, so a due timer waits at most that long behind a step. Steps
-/// sized by time like the Janitor's shrank to a few rows in debug builds, and the tests'
+/// Timers one turn cancels at most, in a transaction of its own: 500 take about 5 ms of the
+/// writer on SQLite in a release build, so a due timer waits at most that long behind a turn.
+/// Steps sized by time like the Janitor's shrank to a few rows in debug builds, and the tests'
 /// cancels of 40,000 took minutes (BENCHMARKS.md, "Cancel many").
 pub const STEP: usize = 500;
+
+/// Jobs one turn steps at most: a bound on the statements of one transaction.
+pub const JOBS_PER_TURN: usize = 64;
 
 /// How long a job's first step waits for the commands before it on its line to be handled
 /// (stored, by this daemon or another reading the same line): a ScheduleTimer sent just
@@ -89,9 +94,8 @@ pub enum CancellerMsg {
     /// The commands before job `key` are handled (or the wait for them ran out): its steps
     /// may begin.
     Ready(JobKey),
-    /// A step of the job `key` ended: how many it cancelled, and when it was the last, how
-    /// many the command cancelled in all.
-    Stepped(JobKey, Result<StepOutcome, CallError>),
+    /// A turn of the jobs `keys` (in their order) ended: what each step did.
+    Stepped(Vec<JobKey>, Result<Turn, CallError>),
     /// The backoff after a failed step is over.
     Resume,
 }
@@ -99,11 +103,17 @@ pub enum CancellerMsg {
 /// A job's identity: the tenant and the command's place in the stream.
 pub type JobKey = (String, u64);
 
+/// What one turn did: a step of each job it reached, in their order (the jobs after them
+/// were not reached: the turn's timers ran out first).
+pub struct Turn {
+    pub steps: Vec<StepOutcome>,
+    /// How long it held the writer, for its log line.
+    pub took: Duration,
+}
+
 /// What one step did.
 pub struct StepOutcome {
     pub cancelled: u64,
-    /// How long it held the writer, for its log line.
-    pub took: Duration,
     /// Set on the last step: the timers the command cancelled, still cancelled.
     pub done: Option<u64>,
 }
@@ -114,6 +124,10 @@ struct Running {
     replies: Vec<RpcReplyPort<Cancelled>>,
     steps: u64,
     cancelled: u64,
+    /// When it was taken, and when its wait for the commands before it ended: its log line
+    /// says how long each part took.
+    taken: Instant,
+    ready: Option<Instant>,
 }
 
 pub struct CancellerState {
@@ -126,8 +140,8 @@ pub struct CancellerState {
     /// many wait now.
     to_wait: VecDeque<(JobKey, u64)>,
     waiting_jobs: usize,
-    /// The job whose step is at Persistence, if any: one at a time.
-    stepping: Option<JobKey>,
+    /// The jobs whose turn is at Persistence, if any: one turn at a time.
+    stepping: Vec<JobKey>,
     failures: Retries,
     /// A pause after a step, or a backoff after a failed one, holds the next step.
     paused: bool,
@@ -150,7 +164,7 @@ impl Actor for Canceller {
             turns: VecDeque::new(),
             to_wait: VecDeque::new(),
             waiting_jobs: 0,
-            stepping: None,
+            stepping: Vec::new(),
             failures: Retries::default(),
             paused: false,
         })
@@ -165,26 +179,43 @@ impl Actor for Canceller {
         match message {
             CancellerMsg::Run(job) => state.take(job, &myself),
             CancellerMsg::Ready(key) => state.ready(key, &myself),
-            CancellerMsg::Stepped(key, outcome) => {
-                state.stepping = None;
+            CancellerMsg::Stepped(keys, outcome) => {
+                state.stepping.clear();
                 match outcome {
-                    Ok(step) => {
+                    Ok(turn) => {
                         state.failures.succeeded();
-                        let last = step.done.is_some();
-                        state.stepped(key, step).await;
-                        if !last {
+                        let reached = turn.steps.len();
+                        let full = reached < keys.len()
+                            || turn.steps.iter().any(|step| step.done.is_none());
+                        tracing::debug!(
+                            actor = Canceller::NAME,
+                            jobs = reached,
+                            took_ms = turn.took.as_millis() as u64,
+                            "CancelTimers turn"
+                        );
+                        // The jobs the turn did not reach go first next time.
+                        for key in keys[reached..].iter().rev() {
+                            state.turns.push_front(key.clone());
+                        }
+                        for (key, step) in keys.into_iter().zip(turn.steps) {
+                            state.stepped(key, step).await;
+                        }
+                        if full {
                             // The writer's turn for everything else (on SQLite, the claims of
-                            // due timers wait for a step that is running).
+                            // due timers wait for a turn that is running).
                             state.paused = true;
                             myself.send_after(PAUSE, || CancellerMsg::Resume);
                         }
                     }
                     Err(e) => {
                         let delay = state.failures.failed();
-                        tracing::warn!(actor = Canceller::NAME, tenant_id = %key.0, sequence = key.1,
+                        tracing::warn!(actor = Canceller::NAME, jobs = keys.len(),
+                            first_tenant_id = %keys[0].0, first_sequence = keys[0].1,
                             error = %e, retry_in_ms = delay.as_millis() as u64,
-                            "a step of a CancelTimers failed; it is tried again");
-                        state.turns.push_front(key);
+                            "a turn of CancelTimers steps failed; it is tried again");
+                        for key in keys.into_iter().rev() {
+                            state.turns.push_front(key);
+                        }
                         state.paused = true;
                         myself.send_after(delay, || CancellerMsg::Resume);
                     }
@@ -213,6 +244,8 @@ impl CancellerState {
                 replies: Vec::new(),
                 steps: 0,
                 cancelled: 0,
+                taken: Instant::now(),
+                ready: None,
             }
         });
         running.deliveries.extend(job.delivery);
@@ -246,7 +279,8 @@ impl CancellerState {
     /// A job's wait is over: it takes its turns, and the next queued job waits.
     fn ready(&mut self, key: JobKey, myself: &ActorRef<CancellerMsg>) {
         self.waiting_jobs = self.waiting_jobs.saturating_sub(1);
-        if self.jobs.contains_key(&key) {
+        if let Some(running) = self.jobs.get_mut(&key) {
+            running.ready = Some(Instant::now());
             self.turns.push_back(key);
         }
         self.start_waits(myself);
@@ -259,8 +293,7 @@ impl CancellerState {
         };
         running.steps += 1;
         tracing::debug!(actor = Canceller::NAME, tenant_id = %key.0, sequence = key.1,
-            cancelled = step.cancelled, took_ms = step.took.as_millis() as u64,
-            "CancelTimers step");
+            cancelled = step.cancelled, "CancelTimers step");
         running.cancelled += step.cancelled;
         let Some(count) = step.done else {
             self.turns.push_back(key);
@@ -269,9 +302,11 @@ impl CancellerState {
         let Some(running) = self.jobs.remove(&key) else {
             return;
         };
+        let ready = running.ready.unwrap_or(running.taken);
         tracing::info!(actor = Canceller::NAME, tenant_id = %key.0, sequence = key.1,
             steps = running.steps, cancelled_here = running.cancelled, cancelled = count,
-            "CancelTimers done");
+            waited_ms = (ready - running.taken).as_millis() as u64,
+            ran_ms = ready.elapsed().as_millis() as u64, "CancelTimers done");
         for reply in running.replies {
             let _ = reply.send(Ok(count));
         }
@@ -283,47 +318,60 @@ impl CancellerState {
         }
     }
 
-    /// Starts the next step, when none is at Persistence and no backoff holds.
+    /// Starts the next turn, of the jobs waiting in their order, when none is at Persistence
+    /// and no backoff holds.
     fn next_step(&mut self, myself: &ActorRef<CancellerMsg>) {
-        if self.stepping.is_some() || self.paused {
+        if !self.stepping.is_empty() || self.paused {
             return;
         }
-        let Some(key) = self.turns.pop_front() else {
+        let mut cancels = Vec::new();
+        while cancels.len() < JOBS_PER_TURN {
+            let Some(key) = self.turns.pop_front() else {
+                break;
+            };
+            if let Some(running) = self.jobs.get(&key) {
+                cancels.push(running.cancel.clone());
+                self.stepping.push(key);
+            }
+        }
+        if cancels.is_empty() {
             return;
-        };
-        let Some(running) = self.jobs.get(&key) else {
-            return;
-        };
-        let cancel = running.cancel.clone();
+        }
         let persistence = self.registry.persistence();
-        let myself = myself.clone();
-        self.stepping = Some(key.clone());
+        let (myself, keys) = (myself.clone(), self.stepping.clone());
         tokio::spawn(async move {
-            let outcome = step(&persistence, cancel).await;
-            let _ = myself.cast(CancellerMsg::Stepped(key, outcome));
+            let outcome = turn(&persistence, cancels).await;
+            let _ = myself.cast(CancellerMsg::Stepped(keys, outcome));
         });
     }
 }
 
-/// One step of `cancel`, of at most [`STEP`] timers; after the last, the count of what the
-/// command cancelled.
-async fn step(
+/// One turn: a step of each of `cancels` as far as [`STEP`] timers go; after a command's last,
+/// the count of what it cancelled.
+async fn turn(
     persistence: &super::PersistenceClient,
-    cancel: CancelMany,
-) -> Result<StepOutcome, CallError> {
-    let (tenant_id, seq) = (cancel.tenant_id.clone(), cancel.seq);
-    let (step, took) = persistence.cancel_step(cancel, STEP).await?;
-    let cancelled = step.cancelled;
-    let done = if step.picked < STEP {
-        Some(persistence.count_cancelled_by(&tenant_id, seq).await?)
-    } else {
-        None
-    };
-    Ok(StepOutcome {
-        cancelled,
-        took,
-        done,
-    })
+    cancels: Vec<CancelMany>,
+) -> Result<Turn, CallError> {
+    let (steps, took) = persistence.cancel_steps(cancels.clone(), STEP).await?;
+    let counts = cancels.iter().zip(&steps).map(|(cancel, step)| async move {
+        match step.last {
+            true => persistence
+                .count_cancelled_by(&cancel.tenant_id, cancel.seq)
+                .await
+                .map(Some),
+            false => Ok(None),
+        }
+    });
+    let counts = futures::future::try_join_all(counts).await?;
+    let steps = steps
+        .iter()
+        .zip(counts)
+        .map(|(step, done)| StepOutcome {
+            cancelled: step.cancelled,
+            done,
+        })
+        .collect();
+    Ok(Turn { steps, took })
 }
 
 impl Registry {

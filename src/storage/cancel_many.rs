@@ -27,46 +27,69 @@ use crate::domain::{CancelFilter, CancelMany, TimerState};
 /// What one step of a `CancelTimers` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CancelStep {
-    /// Rows it picked: fewer than it may pick, and it was the last.
+    /// Rows it picked.
     pub picked: usize,
     /// Rows it cancelled.
     pub cancelled: u64,
+    /// It picked fewer than it might: the command has nothing left to cancel.
+    pub last: bool,
 }
 
 impl Store {
-    /// Cancels at most `limit` of the pending timers `cancel` selects, in `dueAt` order, in
-    /// one transaction. A step that picks fewer than `limit` was the last (a row it picked may
-    /// have been rescheduled or claimed before its update, and is then not cancelled).
-    pub async fn cancel_step(
+    /// One step of each of `cancels`, in their order, in one transaction, cancelling at most
+    /// `limit` pending timers in all, each command's in `dueAt` order: the steps of the
+    /// commands after the one that used up `limit` are not taken (the answer is shorter than
+    /// `cancels`). Several small cancels then take one turn of the writer and one commit,
+    /// not one each. A step that picks fewer than it might was its command's last (a row it
+    /// picked may have been rescheduled or claimed before its update, and is then not
+    /// cancelled).
+    pub async fn cancel_steps(
         &self,
-        cancel: &CancelMany,
+        cancels: &[CancelMany],
         limit: usize,
-    ) -> Result<CancelStep, StoreError> {
-        let seq = i64::try_from(cancel.seq).map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let at = format_utc(cancel.received_at);
+    ) -> Result<Vec<CancelStep>, StoreError> {
+        let places = cancels
+            .iter()
+            .map(|cancel| {
+                let seq = i64::try_from(cancel.seq)
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                Ok((seq, format_utc(cancel.received_at)))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
         self.durable(async {
             let txn = self.db.begin().await?;
             self.backend.plan_for_values(&txn).await?;
-            // The keys first, locked where the database locks rows, then the rows by key: an
-            // update through a subquery of the keys was planned as a scan of the whole table
-            // for each key on PostgreSQL (seconds for one step of 40,000 timers). The update
-            // names nothing but the keys that an index could serve (`still_pending`).
-            let keys: Vec<String> = step_keys_query(cancel, seq, limit)
-                .into_tuple()
-                .all(&txn)
-                .await?;
-            let mut cancelled = 0;
-            for chunk in keys.chunks(ROWS_PER_STATEMENT) {
-                cancelled += step_update(&cancel.tenant_id, chunk, seq, &at)
-                    .exec(&txn)
-                    .await?
-                    .rows_affected;
+            let mut steps = Vec::with_capacity(cancels.len());
+            let mut budget = limit;
+            for (cancel, (seq, at)) in cancels.iter().zip(&places) {
+                if budget == 0 {
+                    break;
+                }
+                // The keys first, locked where the database locks rows, then the rows by key:
+                // an update through a subquery of the keys was planned as a scan of the whole
+                // table for each key on PostgreSQL (seconds for one step of 40,000 timers).
+                // The update names nothing but the keys that an index could serve
+                // (`still_pending`).
+                let keys: Vec<String> = step_keys_query(cancel, *seq, budget)
+                    .into_tuple()
+                    .all(&txn)
+                    .await?;
+                let mut cancelled = 0;
+                for chunk in keys.chunks(ROWS_PER_STATEMENT) {
+                    cancelled += step_update(&cancel.tenant_id, chunk, *seq, at)
+                        .exec(&txn)
+                        .await?
+                        .rows_affected;
+                }
+                steps.push(CancelStep {
+                    picked: keys.len(),
+                    cancelled,
+                    last: keys.len() < budget,
+                });
+                budget -= keys.len();
             }
             txn.commit().await?;
-            Ok(CancelStep {
-                picked: keys.len(),
-                cancelled,
-            })
+            Ok(steps)
         })
         .await
     }

@@ -860,9 +860,12 @@ impl TestClient {
     }
 
     /// A raw API request on `subject`: the error code header (if any) and the JSON body.
+    /// Waited for as long as a NATS client's usual request timeout (the API answers within
+    /// it, docs/CONTRACT.md §6): a flood of a tenant's cancels queues for its turns, and on a
+    /// loaded machine the last of 300 waited more than 10 s.
     pub async fn api_request(&self, subject: &str, body: Value) -> (Option<u16>, Value) {
         let reply = tokio::time::timeout(
-            Duration::from_secs(10),
+            Duration::from_secs(30),
             self.client.request(
                 subject.to_owned(),
                 serde_json::to_vec(&body).unwrap().into(),

@@ -8,24 +8,24 @@ use crate::domain::{CancelFilter, CancelMany};
 use crate::storage::CancelStep;
 
 impl PersistenceClient {
-    /// One step of `cancel`: at most `limit` timers cancelled, in their own transaction, in
-    /// turn with the command commits (claims go first); how many, and how long the step held
-    /// the writer.
-    pub async fn cancel_step(
+    /// One step of each of `cancels` (as far as `limit` timers in all go), in one transaction,
+    /// in turn with the command commits (claims go first): what each did, and how long the
+    /// steps held the writer.
+    pub async fn cancel_steps(
         &self,
-        cancel: CancelMany,
+        cancels: Vec<CancelMany>,
         limit: usize,
-    ) -> Result<(CancelStep, Duration), CallError> {
+    ) -> Result<(Vec<CancelStep>, Duration), CallError> {
         self.run(
-            "cancel_step",
+            "cancel_steps",
             Class::Commands,
             Op::Write,
             limit,
             move |store, _| {
                 Box::pin(async move {
                     let started = Instant::now();
-                    let cancelled = store.cancel_step(&cancel, limit).await?;
-                    Ok((cancelled, started.elapsed()))
+                    let steps = store.cancel_steps(&cancels, limit).await?;
+                    Ok((steps, started.elapsed()))
                 })
             },
         )
