@@ -9,7 +9,11 @@ mod common;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::{DaemonProcess, NatsServer, Scratch, TestClient, eventually, rows_by_state};
+use common::{
+    DaemonProcess, NatsServer, Scratch, TestClient, eventually, prefill_sql, rows_by_state,
+};
+use sea_orm::ConnectionTrait;
+use timer_service::storage::db::{connect, migrate};
 
 /// The burst: enough that firing it takes seconds in a test build.
 const BULK: usize = 50_000;
@@ -32,6 +36,26 @@ const BURST_LASTS_AT_LEAST: chrono::TimeDelta = chrono::TimeDelta::milliseconds(
 async fn a_tenants_burst_does_not_hold_up_another_tenants_timers() {
     let server = NatsServer::start();
     let scratch = Scratch::new();
+    // The burst is in the database before the daemons start: its intake is not what this
+    // test is about (command_burst's is), and on PostgreSQL beside other tests the intake of
+    // 50,000 commands took more than half a minute. Its instant leaves time for the daemons'
+    // start and the quiet tenant's commands.
+    let database = scratch.database();
+    migrate(&database).await.expect("the schema");
+    let instant = common::millis(Utc::now() + chrono::Duration::seconds(10));
+    let db = connect(&database, 1).await.expect("open");
+    db.execute_unprepared(&prefill_sql(
+        common::database::postgres_run(),
+        BULK as u64,
+        "bulk",
+        instant.timestamp_millis(),
+        0,
+        None,
+    ))
+    .await
+    .expect("the burst stored");
+    db.close().await.expect("close");
+    let ids: Vec<String> = (0..BULK).map(|i| format!("bulk-{i}")).collect();
     let daemons: Vec<DaemonProcess> = if common::database::postgres_run() {
         ["fair-1", "fair-2"]
             .iter()
@@ -44,10 +68,6 @@ async fn a_tenants_burst_does_not_hold_up_another_tenants_timers() {
     let small = TestClient::connect(&server).await;
     bulk.wait_for_command_stream().await;
 
-    // The burst's instant leaves time to store it all first.
-    let instant = common::millis(Utc::now() + chrono::Duration::seconds(15));
-    let ids: Vec<String> = (0..BULK).map(|i| format!("b-{i:05}")).collect();
-    bulk.schedule_many("bulk", &ids, instant).await;
     let small_due: Vec<(String, DateTime<Utc>)> = (0..SMALL)
         .map(|i| {
             let due = instant + chrono::Duration::milliseconds(200 + SMALL_EVERY_MS * i as i64);
@@ -62,7 +82,6 @@ async fn a_tenants_burst_does_not_hold_up_another_tenants_timers() {
     for id in &cancelled {
         small.schedule("small", id, cancelled_due, None).await;
     }
-    let database = scratch.database();
     eventually(Duration::from_secs(30), "every timer stored", || async {
         let scheduled = rows_by_state(&database).await.get("Scheduled").copied();
         (scheduled == Some((BULK + SMALL + CANCELLED) as i64)).then_some(())
@@ -70,7 +89,8 @@ async fn a_tenants_burst_does_not_hold_up_another_tenants_timers() {
     .await;
     assert!(
         Utc::now() < instant,
-        "the burst was stored only after its instant: the test proves nothing"
+        "the quiet tenant's timers were stored only after the burst's instant: the test proves \
+         nothing"
     );
 
     // The cancels go out while the burst fires: the instant it was due, and then some.
