@@ -238,6 +238,65 @@ async fn a_failed_step_is_tried_again_until_the_cancel_is_done() {
     real.stop(None);
 }
 
+/// A step serves the cancels waiting in their order and takes at most [`STEP`] timers in all
+/// (docs/CONTRACT.md §3, CancelTimers): the one that fills it is not its command's last, and
+/// the cancels after it are not reached; the next step goes on where the rows say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cancels_waiting_share_a_step_of_at_most_step_timers() {
+    let scratch = common::Scratch::new();
+    let registry = Registry::new("canceller-share-test");
+    let real = common::persistence::start(&scratch, &registry, true).await;
+    let due = Utc::now() + chrono::Duration::hours(1);
+    let sizes = [("a", 300), ("b", 300), ("c", 100)];
+    let mut commands = Vec::new();
+    for (tenant, n) in sizes {
+        for k in 0..n {
+            commands.push(common::schedule_at(
+                tenant,
+                &format!("{tenant}-{k}"),
+                1 + k,
+                due,
+            ));
+        }
+    }
+    registry.persistence().apply(commands).await.unwrap();
+    let cancel = |tenant: &str| CancelMany {
+        tenant_id: tenant.into(),
+        filter: CancelFilter::default(),
+        seq: 10_000,
+        received_at: Utc::now(),
+    };
+    let cancels: Vec<CancelMany> = sizes.iter().map(|(t, _)| cancel(t)).collect();
+
+    let (first, _) = registry
+        .persistence()
+        .cancel_steps(cancels.clone(), STEP)
+        .await
+        .unwrap();
+    let done: Vec<(usize, bool)> = first.iter().map(|s| (s.picked, s.last)).collect();
+    assert_eq!(
+        done,
+        [(300, true), (200, false)],
+        "a's 300, then b's as far as 500 go; c not reached"
+    );
+    let (second, _) = registry
+        .persistence()
+        .cancel_steps(cancels[1..].to_vec(), STEP)
+        .await
+        .unwrap();
+    let done: Vec<(usize, bool)> = second.iter().map(|s| (s.picked, s.last)).collect();
+    assert_eq!(done, [(100, true), (100, true)], "b's rest, then c's");
+    for (tenant, n) in sizes {
+        let count = registry
+            .persistence()
+            .count_cancelled_by(tenant, 10_000)
+            .await
+            .unwrap();
+        assert_eq!(count, n, "{tenant}'s timers all cancelled, each once");
+    }
+    real.stop(None);
+}
+
 /// Three pending timers of each tenant, their commands at `10 * seq` and after.
 async fn schedule_three(registry: &Registry, tenants: &[(&str, u64)]) {
     let due = Utc::now() + chrono::Duration::hours(1);

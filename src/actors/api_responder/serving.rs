@@ -216,25 +216,21 @@ mod tests {
         assert_eq!(codes(&replies), [500]);
     }
 
+    /// A bad stats request, answered 400 when nothing goes wrong.
+    async fn bad_stats(replies: &Replies) {
+        let bad = request("timer.api.stats.acme", "[", replies);
+        answer(&handler(), bad, None).await;
+    }
+
     #[tokio::test]
     async fn a_panic_while_replying_is_answered_500_once() {
         let replies = Replies::default();
         *replies.panics.lock().unwrap() = 1;
-        answer(
-            &handler(),
-            request("timer.api.stats.acme", "[", &replies),
-            None,
-        )
-        .await;
+        bad_stats(&replies).await;
         assert_eq!(codes(&replies), [500]);
 
         let replies = Replies::default();
-        answer(
-            &handler(),
-            request("timer.api.stats.acme", "[", &replies),
-            None,
-        )
-        .await;
+        bad_stats(&replies).await;
         assert_eq!(codes(&replies), [400], "no panic, the request's own answer");
     }
 }
