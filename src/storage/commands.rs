@@ -4,17 +4,17 @@
 //! the broker once it returns.
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect,
     TransactionTrait,
 };
 
 use super::command_streams;
-use super::entity::{Column, Entity};
 use super::queries::find_one;
 use super::quotas;
-use super::rows::{from_model, to_active_model};
+use super::rows::from_model;
+use super::upsert;
 use super::{ROWS_PER_STATEMENT, Store, StoreError};
 use crate::domain::quota::{Exceeded, Quotas, limited_tenants};
 use crate::domain::timer::rounds;
@@ -173,25 +173,12 @@ pub(super) async fn cancel(
         .await?;
     Ok((CancelOutcome::of(after.as_ref(), command.seq), after))
 }
-/// A cancel meeting a timer claimed for firing, in the conflict clause of [`apply_in`].
-const REFUSED_CANCEL: &str = "(excluded.state = 'Cancelled' \
-     AND timer_schedules.state = 'Scheduled' AND timer_schedules.claimed_by IS NOT NULL)";
-
 /// Applies commands in their rounds (see [`rounds`]: at most one command per key in a round,
-/// rounds in stream order), one multi-row statement per round, inside a transaction or, when
-/// that is one statement, on its own.
-///
-/// The conflict clause is the rules table of docs/CONTRACT.md §3 in SQL, for a stored row `t` and an
-/// incoming command `excluded`:
-/// - nothing changes for a `Reached` row, or a command not newer than the last one applied;
-/// - a cancel meeting a timer claimed for firing (lapsed or not: a claimed timer fires) is
-///   refused, but its sequence is remembered, so an older command arriving later changes
-///   nothing;
-/// - otherwise the state is the command's, the sequence is remembered, a schedule brings its
-///   `dueAt`, correlation id, data and deadline (none clears them) and releases any claim, a
-///   cancel keeps the timer's own `dueAt`, correlation id, data and deadline and the time of the
-///   first cancel.
+/// rounds in stream order), one multi-row upsert per round and per [`ROWS_PER_STATEMENT`]
+/// (`upsert`: its conflict clause is the rules table of docs/CONTRACT.md §3), inside a
+/// transaction or, when that is one statement, on its own.
 async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Result<u64, DbErr> {
+    let backend = db.get_database_backend();
     let mut written = 0;
     for mut round in rounds {
         // In key order: daemons writing the same rows at once then lock them in the same order
@@ -200,81 +187,10 @@ async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Resul
             (&a.tenant_id, &a.service_call_id).cmp(&(&b.tenant_id, &b.service_call_id))
         });
         for chunk in round.chunks(ROWS_PER_STATEMENT) {
-            let on_conflict = OnConflict::columns([Column::TenantId, Column::ServiceCallId])
-                .value(
-                    Column::State,
-                    Expr::cust(format!(
-                        "CASE WHEN {REFUSED_CANCEL} THEN timer_schedules.state ELSE excluded.state END"
-                    )),
-                )
-                .value(
-                    Column::DueAt,
-                    Expr::cust("COALESCE(excluded.due_at, timer_schedules.due_at)"),
-                )
-                .value(
-                    Column::CorrelationId,
-                    Expr::cust(
-                        "CASE WHEN excluded.state = 'Scheduled' THEN excluded.correlation_id \
-                         ELSE timer_schedules.correlation_id END",
-                    ),
-                )
-                .value(
-                    Column::Data,
-                    Expr::cust(
-                        "CASE WHEN excluded.state = 'Scheduled' THEN excluded.data \
-                         ELSE timer_schedules.data END",
-                    ),
-                )
-                .value(
-                    Column::TraceContext,
-                    Expr::cust(
-                        "CASE WHEN excluded.state = 'Scheduled' THEN excluded.trace_context \
-                         ELSE timer_schedules.trace_context END",
-                    ),
-                )
-                .value(
-                    Column::ExpiresAt,
-                    Expr::cust(
-                        "CASE WHEN excluded.state = 'Scheduled' THEN excluded.expires_at \
-                         ELSE timer_schedules.expires_at END",
-                    ),
-                )
-                .value(
-                    Column::CancelledAt,
-                    Expr::cust(format!(
-                        "CASE WHEN excluded.state = 'Cancelled' AND NOT {REFUSED_CANCEL} \
-                         THEN COALESCE(timer_schedules.cancelled_at, excluded.cancelled_at) END"
-                    )),
-                )
-                .value(
-                    Column::CancelledSeq,
-                    Expr::cust(format!(
-                        "CASE WHEN excluded.state = 'Cancelled' AND NOT {REFUSED_CANCEL} \
-                         THEN COALESCE(timer_schedules.cancelled_seq, excluded.cancelled_seq) END"
-                    )),
-                )
-                .value(
-                    Column::ClaimedBy,
-                    Expr::cust(
-                        "CASE WHEN excluded.state = 'Cancelled' THEN timer_schedules.claimed_by END",
-                    ),
-                )
-                .value(
-                    Column::ClaimUntil,
-                    Expr::cust(
-                        "CASE WHEN excluded.state = 'Cancelled' THEN timer_schedules.claim_until END",
-                    ),
-                )
-                .value(Column::CommandSeq, Expr::cust("excluded.command_seq"))
-                .action_and_where(Expr::cust(
-                    "timer_schedules.state <> 'Reached' \
-                     AND timer_schedules.command_seq < excluded.command_seq",
-                ))
-                .to_owned();
-            written += Entity::insert_many(chunk.iter().map(to_active_model))
-                .on_conflict(on_conflict)
-                .exec_without_returning(db)
-                .await?;
+            written += db
+                .execute_raw(upsert::statement(backend, chunk))
+                .await?
+                .rows_affected();
         }
     }
     Ok(written)

@@ -42,6 +42,7 @@ mod refusals;
 mod retention;
 mod rows;
 mod sqlite;
+mod upsert;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,41 +3,13 @@
 //! parse is reported as [`StoreError::CorruptRow`].
 
 use chrono::{DateTime, Utc};
-use sea_orm::ActiveValue::Set;
 use sea_orm::QueryResult;
 
 use super::StoreError;
 use super::entity;
 use crate::domain::expiry::is_expired;
-use crate::domain::timestamp::{format_utc, parse_stored};
-use crate::domain::{Action, Command, DueTimer, Timer, TimerData, TimerState, TraceContext};
-
-pub(super) fn to_active_model(command: &Command) -> entity::ActiveModel {
-    let row = command.new_row();
-    entity::ActiveModel {
-        tenant_id: Set(row.tenant_id),
-        service_call_id: Set(row.service_call_id),
-        correlation_id: Set(row.correlation_id),
-        due_at: Set(match command.action {
-            Action::Schedule { due_at, .. } => Some(format_utc(due_at)),
-            Action::Cancel => None,
-        }),
-        registered_at: Set(format_utc(row.registered_at)),
-        reached_at: Set(None),
-        cancelled_at: Set(row.cancelled_at.map(format_utc)),
-        state: Set(row.state.as_str().to_owned()),
-        command_seq: Set(command.seq as i64),
-        cancelled_seq: Set(row.cancelled_seq.map(|seq| seq as i64)),
-        claimed_by: Set(None),
-        claim_until: Set(None),
-        data: Set(row.data.map(|data| data.as_str().to_owned())),
-        trace_context: Set(match command.action {
-            Action::Schedule { .. } => command.trace.as_ref().map(TraceContext::encode),
-            Action::Cancel => None,
-        }),
-        expires_at: Set(row.expires_at.map(format_utc)),
-    }
-}
+use crate::domain::timestamp::parse_stored;
+use crate::domain::{DueTimer, Timer, TimerData, TimerState, TraceContext};
 
 /// The `data` column of a row, checked to be JSON.
 fn data_of(

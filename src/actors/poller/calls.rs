@@ -219,6 +219,11 @@ impl PollerState {
                     );
                 }
                 self.marks.marked();
+                // A round stopped short for want of room (marks owed) claims again now that
+                // there is room: no batch may be left at the broker to ask for it as it settles.
+                if self.next_claim == NextClaim::AsBatchesSettle {
+                    self.round_asked = true;
+                }
                 if let Some(until) = backoff {
                     self.phase = Phase::BackingOff { until };
                 }

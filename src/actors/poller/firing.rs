@@ -61,7 +61,17 @@ impl PollerState {
                 self.next_claim = NextClaim::AsBatchesSettle;
                 self.wake.after(myself, until - now);
             }
-            None => self.begin_round(myself),
+            None => {
+                self.begin_round(myself);
+                // A round that could start no claim (no room while marks are owed) leaves the
+                // mark due now: no other message may come before the tick (nothing at the
+                // broker), and a burst would fire one mark per tick.
+                if !self.phase.at_persistence()
+                    && self.marks.due(self.publisher.batches_at_broker(), false)
+                {
+                    self.mark(myself, None);
+                }
+            }
         }
     }
 
