@@ -82,10 +82,7 @@ pub struct Fairness {
     /// The walk's resume point: the last tenant the previous fair claim reached when it could not
     /// reach them all. `None`: the next walk starts from the first tenant.
     resume_after: Option<String>,
-    /// The fair claim under way skips tenants with timers held: what it takes is served
-    /// beside them.
-    beside_held: bool,
-    /// When a fair claim last took timers while other tenants had timers held.
+    /// When a fair claim last took timers.
     served: Option<Instant>,
     /// How long the claims in `dueAt` order hold the writer.
     pub pace: WritePace,
@@ -123,7 +120,6 @@ impl Fairness {
         fence: Option<DateTime<Utc>>,
     ) -> FairClaim {
         self.last = Some(now);
-        self.beside_held = !held_tenants.is_empty();
         FairClaim {
             skip: held_tenants,
             resume_after: self.resume_after.clone(),
@@ -133,12 +129,10 @@ impl Fairness {
     }
 
     /// The fair claim answered at `now` with `claimed` timers: the next walk goes on after
-    /// `resume_after`. Tenants are served beside a backlog only if others had timers held: a
-    /// fair claim made while nothing is held (one tenant's burst, between its marks) took the
-    /// backlog itself, and its writes stay large.
+    /// `resume_after`.
     pub fn answered(&mut self, now: Instant, resume_after: Option<String>, claimed: usize) {
         self.resume_after = resume_after;
-        if claimed > 0 && self.beside_held {
+        if claimed > 0 {
             self.served = Some(now);
         }
     }
@@ -224,7 +218,6 @@ mod tests {
     fn writes_stay_short_while_sharing_where_a_full_claim_is_long() {
         let mut fairness = Fairness::default();
         let now = Instant::now();
-        fairness.start(now, ["bulk".to_owned()].into(), None);
         fairness.answered(now, None, 3);
         assert!(
             fairness.short_writes(now, true, 2_000),
@@ -257,20 +250,12 @@ mod tests {
     }
 
     #[test]
-    fn writes_stay_short_for_a_while_after_a_fair_claim_took_timers_beside_others() {
+    fn writes_stay_short_for_a_while_after_a_fair_claim_took_timers() {
         let mut fairness = Fairness::default();
         let now = Instant::now();
         assert!(!fairness.sharing(now));
-        fairness.start(now, BTreeSet::new(), None);
-        fairness.answered(now, None, 3);
-        assert!(
-            !fairness.sharing(now),
-            "nothing else held: the fair claim took the backlog itself"
-        );
-        fairness.start(now, ["bulk".to_owned()].into(), None);
         fairness.answered(now, None, 0);
         assert!(!fairness.sharing(now), "a fair claim that found no one");
-        fairness.start(now, ["bulk".to_owned()].into(), None);
         fairness.answered(now, None, 3);
         assert!(fairness.sharing(now + SHARING_MEMORY / 2));
         assert!(!fairness.sharing(now + SHARING_MEMORY));
