@@ -23,9 +23,10 @@ use crate::domain::api::{
 use crate::domain::cancel_many::CANCEL_TIMERS;
 use crate::domain::command::{CANCEL_TIMER, SCHEDULE_TIMER};
 use crate::domain::events::{DUE_TIME_REACHED, TIMER_COMMAND_REJECTED, TIMER_EXPIRED};
+use crate::domain::schedule_many::SCHEDULE_TIMERS;
 use crate::domain::{
     CancelTimerPayload, CancelTimersPayload, DueTimeReached, MessageEnvelope, ScheduleTimerPayload,
-    TimerCommandRejected, TimerExpired,
+    ScheduleTimersPayload, TimerCommandRejected, TimerExpired,
 };
 
 /// What every `$id` starts with; the rest is the file's name without `.json`. A URN, not a URL:
@@ -97,6 +98,16 @@ pub fn all() -> Vec<SchemaFile> {
             "Asks for a timer: published by a client to timer.cmd.schedule.<tenantId> \
              (docs/CONTRACT.md §3). tenantId must be the same in the subject, the envelope and \
              the payload.",
+        ),
+        envelope::<ScheduleTimersPayload>(
+            "schedule-timers",
+            SCHEDULE_TIMERS,
+            Direction::In,
+            "Asks for many timers of one tenant at once: published by a client to \
+             timer.cmd.schedule-many.<tenantId> (docs/CONTRACT.md §3), 1 to 1000 timers, each \
+             key at most once. Each timer follows ScheduleTimer's rules; one bad timer rejects \
+             the whole message. tenantId must be the same in the subject, the envelope and the \
+             payload.",
         ),
         envelope::<CancelTimerPayload>(
             "cancel-timer",

@@ -272,5 +272,5 @@ fn the_schema_command_writes_the_checked_in_files() {
         checked_in,
         "regenerate with `cargo run -- schema --out schema/`"
     );
-    assert_eq!(checked_in.len(), 17);
+    assert_eq!(checked_in.len(), 18);
 }

@@ -127,6 +127,7 @@ fn timer(i: usize, due: chrono::DateTime<Utc>) -> Command {
         seq: i as u64 + 1,
         received_at: Utc::now(),
         trace: None,
+        item: None,
     }
 }
 

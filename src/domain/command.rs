@@ -13,6 +13,7 @@ use super::data::TimerData;
 use super::envelope::MessageEnvelope;
 use super::expiry::{expires_at, parse_expire_after};
 use super::ids::{check_correlation_id, check_service_call_id};
+use super::schedule_many::{self, SCHEDULE_TIMERS, ScheduleTimersPayload};
 use super::schema_types;
 use super::subjects::{CommandKind, Subjects, UNKNOWN_TENANT};
 use super::tenant::check_tenant_id;
@@ -30,6 +31,7 @@ impl CommandKind {
             CommandKind::Schedule => SCHEDULE_TIMER,
             CommandKind::Cancel => CANCEL_TIMER,
             CommandKind::CancelMany => CANCEL_TIMERS,
+            CommandKind::ScheduleMany => SCHEDULE_TIMERS,
         }
     }
 }
@@ -166,10 +168,13 @@ pub struct Arrival {
     pub at: DateTime<Utc>,
 }
 
-/// A command as parsed: one timer's, or a `CancelTimers` of many.
+/// A command as parsed: one timer's, the timers of a `ScheduleTimers`, or a `CancelTimers` of
+/// many.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
     One(Command),
+    /// A `ScheduleTimers`' timers, in its order, each with its position (`Command::item`).
+    Timers(Vec<Command>),
     Many(CancelMany),
 }
 
@@ -181,7 +186,7 @@ pub fn parse_command(
     bytes: &[u8],
     limits: CommandLimits,
     arrival: Arrival,
-    new_correlation_id: impl FnOnce() -> String,
+    new_correlation_id: impl FnMut() -> String,
 ) -> Result<Command, Rejection> {
     match parse_message(
         subjects,
@@ -197,6 +202,13 @@ pub fn parse_command(
             reason: "a CancelTimers names no single timer".into(),
             kind: RejectionKind::Invalid,
         }),
+        Parsed::Timers(timers) => Err(Rejection {
+            tenant_id: timers
+                .first()
+                .map_or_else(|| UNKNOWN_TENANT.to_owned(), |t| t.tenant_id.clone()),
+            reason: "a ScheduleTimers names no single timer".into(),
+            kind: RejectionKind::Invalid,
+        }),
     }
 }
 
@@ -210,7 +222,7 @@ pub fn parse_message(
     bytes: &[u8],
     limits: CommandLimits,
     arrival: Arrival,
-    new_correlation_id: impl FnOnce() -> String,
+    mut new_correlation_id: impl FnMut() -> String,
 ) -> Result<Parsed, Rejection> {
     let report_to = subjects
         .command_tenant(subject)
@@ -232,8 +244,9 @@ pub fn parse_message(
     }
     let Some((kind, tenant_id)) = subjects.command_of(subject) else {
         return Err(reject(format!(
-            "unknown command subject {subject:?}: expected {}, {} or {}",
+            "unknown command subject {subject:?}: expected {}, {}, {} or {}",
             subjects.schedule("<tenantId>"),
+            subjects.schedule_many("<tenantId>"),
             subjects.cancel("<tenantId>"),
             subjects.cancel_many("<tenantId>")
         )));
@@ -271,27 +284,14 @@ pub fn parse_message(
                 .map_err(|e| reject(format!("invalid ScheduleTimer payload: {e}")))?;
             payload_tenant_matches(&payload.tenant_id)?;
             check_service_call_id(&payload.service_call_id).map_err(reject)?;
-            let due_at = parse_due_at(&payload.due_at).map_err(reject)?;
-            if let Some(data) = &payload.data {
-                check_data(data, limits).map_err(reject)?;
-            }
-            let expires_at = payload
-                .expire_after
-                .as_deref()
-                .map(parse_expire_after)
-                .transpose()
-                .map_err(reject)?
-                .map(|after| expires_at(due_at, after));
-            let data = payload.data;
-            (
-                payload.service_call_id,
-                payload.correlation_id,
-                Action::Schedule {
-                    due_at,
-                    data,
-                    expires_at,
-                },
+            let action = schedule_action(
+                &payload.due_at,
+                payload.data,
+                payload.expire_after.as_deref(),
+                limits,
             )
+            .map_err(reject)?;
+            (payload.service_call_id, payload.correlation_id, action)
         }
         CommandKind::Cancel => {
             let payload: CancelTimerPayload = serde_json::from_str(envelope.payload.get())
@@ -312,19 +312,27 @@ pub fn parse_message(
                 received_at: arrival.at,
             }));
         }
-    };
-    // The one stored is checked: payload first, then envelope.
-    let correlation_id = match (payload_correlation, envelope.correlation_id) {
-        (Some(id), _) => {
-            check_correlation_id(&id).map_err(|e| reject(format!("payload {e}")))?;
-            id
+        CommandKind::ScheduleMany => {
+            let payload: ScheduleTimersPayload = serde_json::from_str(envelope.payload.get())
+                .map_err(|e| reject(format!("invalid ScheduleTimers payload: {e}")))?;
+            payload_tenant_matches(&payload.tenant_id)?;
+            let commands = schedule_many::commands(
+                payload,
+                envelope.correlation_id.as_deref(),
+                limits,
+                arrival,
+                &mut new_correlation_id,
+            )
+            .map_err(reject)?;
+            return Ok(Parsed::Timers(commands));
         }
-        (None, Some(id)) => {
-            check_correlation_id(&id).map_err(|e| reject(format!("envelope {e}")))?;
-            id
-        }
-        (None, None) => new_correlation_id(),
     };
+    let correlation_id = correlation_id(
+        payload_correlation,
+        envelope.correlation_id.as_deref(),
+        new_correlation_id,
+    )
+    .map_err(reject)?;
 
     Ok(Parsed::One(Command {
         tenant_id: tenant_id.to_owned(),
@@ -334,7 +342,50 @@ pub fn parse_message(
         seq: arrival.seq,
         received_at: arrival.at,
         trace: None,
+        item: None,
     }))
+}
+
+/// The action of a ScheduleTimer's timer (or of one of a ScheduleTimers'), its fields checked.
+pub(super) fn schedule_action(
+    due_at: &str,
+    data: Option<TimerData>,
+    expire_after: Option<&str>,
+    limits: CommandLimits,
+) -> Result<Action, String> {
+    let due_at = parse_due_at(due_at)?;
+    if let Some(data) = &data {
+        check_data(data, limits)?;
+    }
+    let expires_at = expire_after
+        .map(parse_expire_after)
+        .transpose()?
+        .map(|after| expires_at(due_at, after));
+    Ok(Action::Schedule {
+        due_at,
+        data,
+        expires_at,
+    })
+}
+
+/// The correlation id stored with a command's timer, checked: the payload's first, then the
+/// envelope's, else a new one.
+pub(super) fn correlation_id(
+    payload: Option<String>,
+    envelope: Option<&str>,
+    new_correlation_id: impl FnOnce() -> String,
+) -> Result<String, String> {
+    match (payload, envelope) {
+        (Some(id), _) => {
+            check_correlation_id(&id).map_err(|e| format!("payload {e}"))?;
+            Ok(id)
+        }
+        (None, Some(id)) => {
+            check_correlation_id(id).map_err(|e| format!("envelope {e}"))?;
+            Ok(id.to_owned())
+        }
+        (None, None) => Ok(new_correlation_id()),
+    }
 }
 
 /// A `CancelTimers` as a client sends it (the query API does, for its `cancelMany`), stamped

@@ -164,8 +164,11 @@ pub fn due_message_id(timer: &DueTimer) -> String {
 
 /// `Nats-Msg-Id` of the rejection of the command stored at `command_seq`: a redelivered bad
 /// command is reported once.
-pub fn rejection_message_id(command_seq: u64) -> String {
-    format!("rejected-{command_seq}")
+pub fn rejection_message_id(command_seq: u64, item: Option<u32>) -> String {
+    match item {
+        None => format!("rejected-{command_seq}"),
+        Some(item) => format!("rejected-{command_seq}-{item}"),
+    }
 }
 
 /// The first [`MAX_ORIGINAL_BYTES`] of `original` as UTF-8 (lossy), cut at a character

@@ -12,6 +12,7 @@ pub mod forecast;
 pub mod ids;
 pub mod order;
 pub mod quota;
+pub mod schedule_many;
 pub mod schema_types;
 pub mod subjects;
 pub mod tenant;
@@ -28,6 +29,7 @@ pub use data::TimerData;
 pub use envelope::MessageEnvelope;
 pub use events::{DueTimeReached, TimerCommandRejected, TimerExpired};
 pub use order::{StreamIncarnation, command_order};
+pub use schedule_many::{ScheduleTimersPayload, TimerSpec};
 pub use subjects::{CommandKind, Subjects};
 pub use timer::{
     Action, CancelOutcome, Command, DuePosition, DueTimer, Timer, TimerKey, TimerState,

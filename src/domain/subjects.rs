@@ -17,18 +17,26 @@ pub const UNKNOWN_TENANT: &str = "_";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommandKind {
     Schedule,
+    /// `ScheduleTimers`: many timers of a tenant in one message.
+    ScheduleMany,
     Cancel,
     /// `CancelTimers`: many of a tenant's timers by a filter.
     CancelMany,
 }
 
 impl CommandKind {
-    pub const ALL: [CommandKind; 3] = [Self::Schedule, Self::Cancel, Self::CancelMany];
+    pub const ALL: [CommandKind; 4] = [
+        Self::Schedule,
+        Self::ScheduleMany,
+        Self::Cancel,
+        Self::CancelMany,
+    ];
 
     /// The subject token: `timer.cmd.<token>.<tenantId>`.
     pub fn token(self) -> &'static str {
         match self {
             CommandKind::Schedule => "schedule",
+            CommandKind::ScheduleMany => "schedule-many",
             CommandKind::Cancel => "cancel",
             CommandKind::CancelMany => "cancel-many",
         }
@@ -90,6 +98,11 @@ impl Subjects {
     /// `timer.cmd.schedule.<tenantId>`.
     pub fn schedule(&self, tenant_id: &str) -> String {
         self.command(CommandKind::Schedule, tenant_id)
+    }
+
+    /// `timer.cmd.schedule-many.<tenantId>`.
+    pub fn schedule_many(&self, tenant_id: &str) -> String {
+        self.command(CommandKind::ScheduleMany, tenant_id)
     }
 
     /// `timer.cmd.cancel.<tenantId>`.
@@ -157,6 +170,11 @@ mod tests {
         assert_eq!(s.expired("acme"), "timer.evt.expired.acme");
         assert_eq!(s.cancel("acme"), "timer.cmd.cancel.acme");
         assert_eq!(s.cancel_many("acme"), "timer.cmd.cancel-many.acme");
+        assert_eq!(s.schedule_many("acme"), "timer.cmd.schedule-many.acme");
+        assert_eq!(
+            s.command_of("timer.cmd.schedule-many.acme"),
+            Some((CommandKind::ScheduleMany, "acme"))
+        );
         assert_eq!(
             s.command_of("timer.cmd.cancel-many.acme"),
             Some((CommandKind::CancelMany, "acme"))

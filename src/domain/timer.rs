@@ -188,6 +188,9 @@ pub struct Command {
     pub received_at: DateTime<Utc>,
     /// The W3C trace context of its message, stored with a schedule for its DueTimeReached.
     pub trace: Option<TraceContext>,
+    /// Its position among the timers of its `ScheduleTimers`, whose timers share the
+    /// message's `seq`; `None` for a command of one timer.
+    pub item: Option<u32>,
 }
 
 impl Command {

@@ -131,17 +131,21 @@ impl Lines {
     }
 
     /// The subjects, on the line that stores `stored`, of the commands that must be handled
-    /// before it: its tenant's `ScheduleTimer`s and `CancelTimer`s (each key's commands are
-    /// its tenant's). Not a `CancelTimers`: one under way keeps its place by the rows' order,
+    /// before it: its tenant's `ScheduleTimer`s, `ScheduleTimers` and `CancelTimer`s (each
+    /// key's commands are its tenant's). Not a `CancelTimers`: one under way keeps its place by the rows' order,
     /// not by holding the commands after it (docs/CONTRACT.md §3). `None` for a subject that
     /// is not a line's.
-    pub fn awaited_before(&self, stored: &str) -> Option<[String; 2]> {
+    pub fn awaited_before(&self, stored: &str) -> Option<[String; 3]> {
         let (line, published) = self.split(stored)?;
         let (_, tenant) = published.rsplit_once('.')?;
         let p = &self.prefix;
         Some(
-            [CommandKind::Schedule, CommandKind::Cancel]
-                .map(|kind| format!("{p}.{}.{tenant}.{line}", kind.token())),
+            [
+                CommandKind::Schedule,
+                CommandKind::ScheduleMany,
+                CommandKind::Cancel,
+            ]
+            .map(|kind| format!("{p}.{}.{tenant}.{line}", kind.token())),
         )
     }
     /// The subject a client published a stored command on: the line token taken out, so the
@@ -191,6 +195,7 @@ mod tests {
             l.awaited_before("timer.cmd.cancel-many.acme.3"),
             Some([
                 "timer.cmd.schedule.acme.3".to_owned(),
+                "timer.cmd.schedule-many.acme.3".to_owned(),
                 "timer.cmd.cancel.acme.3".to_owned()
             ])
         );

@@ -92,6 +92,33 @@ impl InboundCommand {
         )
     }
 
+    /// The command as `count` parts settled one by one: the timers of a `ScheduleTimers`,
+    /// each stored or rejected on its own. The message is settled once every part is:
+    /// acknowledged when a part was stored, terminated when every part was rejected; and
+    /// handed back as soon as one part is (or is dropped unsettled): the parts stored already
+    /// are stored again, changing nothing, when it comes back.
+    pub fn into_parts(mut self, count: usize) -> Vec<InboundCommand> {
+        let parts: Option<Arc<dyn Delivery>> = self.delivery.take().map(|whole| {
+            Arc::new(Parts(std::sync::Mutex::new(PartsLeft {
+                whole: Some(whole),
+                left: count,
+                stored: false,
+            }))) as Arc<dyn Delivery>
+        });
+        (0..count)
+            .map(|_| InboundCommand {
+                subject: self.subject.clone(),
+                payload: self.payload.clone(),
+                sequence: self.sequence,
+                stream: self.stream.clone(),
+                redelivered: self.redelivered,
+                delivery: parts.clone(),
+                trace: self.trace.clone(),
+                received_at: self.received_at,
+            })
+            .collect()
+    }
+
     /// The command is stored: never deliver it again.
     pub async fn ack(mut self) -> Result<(), BusError> {
         match self.delivery.take() {
@@ -128,6 +155,59 @@ impl Drop for InboundCommand {
             runtime.spawn(async move {
                 let _ = delivery.nak(Duration::ZERO).await;
             });
+        }
+    }
+}
+
+/// The parts of one delivered message ([`InboundCommand::into_parts`]): the message's own
+/// delivery until it is settled, and the parts not settled yet.
+struct Parts(std::sync::Mutex<PartsLeft>);
+
+struct PartsLeft {
+    whole: Option<Arc<dyn Delivery>>,
+    left: usize,
+    /// Whether a part settled so far was stored.
+    stored: bool,
+}
+
+impl Parts {
+    /// Settles one part; the message once it was the last.
+    async fn settled(&self, stored: bool) -> Result<(), BusError> {
+        let last = {
+            let mut parts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            parts.left = parts.left.saturating_sub(1);
+            parts.stored |= stored;
+            match parts.left {
+                0 => parts.whole.take().map(|whole| (whole, parts.stored)),
+                _ => None,
+            }
+        };
+        match last {
+            Some((whole, true)) => whole.ack().await,
+            Some((whole, false)) => whole.term().await,
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Delivery for Parts {
+    async fn ack(&self) -> Result<(), BusError> {
+        self.settled(true).await
+    }
+
+    async fn term(&self) -> Result<(), BusError> {
+        self.settled(false).await
+    }
+
+    async fn nak(&self, delay: Duration) -> Result<(), BusError> {
+        let whole = {
+            let mut parts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            parts.whole.take()
+        };
+        match whole {
+            Some(whole) => whole.nak(delay).await,
+            None => Ok(()),
         }
     }
 }
@@ -173,4 +253,96 @@ pub trait UnreadCommands: Send + Sync + 'static {
     /// At most `max` of them, oldest first per subject; empty when every stored command has a
     /// consumer.
     async fn unread(&self, max: usize) -> Result<Vec<InboundCommand>, BusError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Records how the message was settled.
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<&'static str>>);
+
+    #[async_trait]
+    impl Delivery for Recorded {
+        async fn ack(&self) -> Result<(), BusError> {
+            self.0.lock().unwrap().push("ack");
+            Ok(())
+        }
+        async fn term(&self) -> Result<(), BusError> {
+            self.0.lock().unwrap().push("term");
+            Ok(())
+        }
+        async fn nak(&self, _: Duration) -> Result<(), BusError> {
+            self.0.lock().unwrap().push("nak");
+            Ok(())
+        }
+    }
+
+    fn parts(count: usize) -> (Arc<Recorded>, Vec<InboundCommand>) {
+        let recorded = Arc::new(Recorded::default());
+        let stream = Arc::new(StreamIncarnation {
+            name: "TIMER_COMMANDS".into(),
+            created_ns: 1,
+        });
+        let whole = InboundCommand::new(
+            "timer.cmd.schedule-many.acme".into(),
+            Bytes::new(),
+            7,
+            stream,
+            false,
+            recorded.clone(),
+        );
+        (recorded, whole.into_parts(count))
+    }
+
+    fn settled(recorded: &Recorded) -> Vec<&'static str> {
+        recorded.0.lock().unwrap().clone()
+    }
+
+    #[tokio::test]
+    async fn the_message_is_acknowledged_once_its_last_part_is_settled() {
+        let (recorded, mut parts) = parts(3);
+        parts.pop().unwrap().term().await.unwrap();
+        parts.pop().unwrap().ack().await.unwrap();
+        assert!(settled(&recorded).is_empty(), "a part is still unsettled");
+        parts.pop().unwrap().term().await.unwrap();
+        assert_eq!(settled(&recorded), ["ack"]);
+    }
+
+    #[tokio::test]
+    async fn a_message_all_of_whose_parts_were_rejected_is_terminated() {
+        let (recorded, parts) = parts(2);
+        for part in parts {
+            part.term().await.unwrap();
+        }
+        assert_eq!(settled(&recorded), ["term"]);
+    }
+
+    #[tokio::test]
+    async fn one_part_handed_back_hands_the_message_back_at_once_and_only_once() {
+        let (recorded, mut parts) = parts(3);
+        parts.pop().unwrap().ack().await.unwrap();
+        parts.pop().unwrap().hand_back().await.unwrap();
+        assert_eq!(settled(&recorded), ["nak"]);
+        parts.pop().unwrap().ack().await.unwrap();
+        assert_eq!(settled(&recorded), ["nak"], "nothing after the hand-back");
+    }
+
+    #[tokio::test]
+    async fn a_part_dropped_unsettled_hands_the_message_back() {
+        let (recorded, mut parts) = parts(2);
+        parts.pop().unwrap().ack().await.unwrap();
+        drop(parts);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while settled(&recorded).is_empty() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the drop hands it back");
+        assert_eq!(settled(&recorded), ["nak"]);
+    }
 }

@@ -116,6 +116,7 @@ fn accepted(subject: &str, value: &Value) -> Result<Command, String> {
     match parsed(subject, value)? {
         Parsed::One(command) => Ok(command),
         Parsed::Many(_) => Err("a CancelTimers names no single timer".into()),
+        Parsed::Timers(_) => Err("a ScheduleTimers names no single timer".into()),
     }
 }
 

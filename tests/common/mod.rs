@@ -433,6 +433,23 @@ pub fn cancel_timers_command(tenant: &str, filter: Value) -> Value {
     })
 }
 
+/// A ScheduleTimers envelope of `tenant` holding `timers` (each a ScheduleTimer's payload
+/// without `tenantId`), as a client writes it.
+pub fn schedule_timers_command(
+    tenant: &str,
+    timers: Vec<Value>,
+    correlation_id: Option<&str>,
+) -> Value {
+    json!({
+        "id": uuid::Uuid::now_v7(),
+        "type": "ScheduleTimers",
+        "tenantId": tenant,
+        "timestampMs": Utc::now().timestamp_millis(),
+        "correlationId": correlation_id,
+        "payload": { "tenantId": tenant, "timers": timers },
+    })
+}
+
 /// One event read back from the event stream.
 #[derive(Debug, Clone)]
 pub struct StoredEvent {
@@ -934,6 +951,7 @@ pub fn schedule_at(
         seq,
         received_at: due_at,
         trace: None,
+        item: None,
     }
 }
 
@@ -948,6 +966,7 @@ pub fn cancel_at(
         action: timer_service::domain::Action::Cancel,
         received_at: at,
         trace: None,
+        item: None,
         ..schedule_at(tenant, id, seq, at)
     }
 }

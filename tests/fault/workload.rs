@@ -1,7 +1,7 @@
 //! The workload: clients of several tenants scheduling, rescheduling and cancelling timers (by
 //! CancelTimer command, through the API, and a group of keys at once by a CancelTimers of their
 //! correlation id), some due at once, some in the past, some over the
-//! next seconds, and bursts of thousands due at one instant. Every operation is recorded with
+//! next seconds, and bursts of thousands due at one instant (sent as ScheduleTimers). Every operation is recorded with
 //! its outcome; the operations on one key are done one after another by one task, so the last
 //! command per key is well defined.
 
@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 
 use super::Rng;
 use super::history::{CancelAnswer, Command, Instant, Key, Op, Outcome};
-use crate::common::{cancel_command, cancel_timers_command, rfc3339, schedule_command};
+use crate::common::{
+    cancel_command, cancel_timers_command, rfc3339, schedule_command, schedule_timers_command,
+};
 
 pub const TENANTS: [&str; 4] = ["acme", "globex", "initech", "hooli"];
 /// The tenant whose bursts put thousands of timers on one instant.
@@ -28,6 +30,9 @@ const RETRY_FOR: Duration = Duration::from_secs(20);
 /// One attempt's wait for its PubAck (or the API's answer).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(4);
 const WORKERS_PER_TENANT: usize = 5;
+/// Timers in each ScheduleTimers of a burst: the bursts are how the suite puts its faults on
+/// that command too.
+const BURST_MESSAGE: usize = 500;
 const KEYS_PER_WORKER: usize = 8;
 
 /// The operations recorded so far, shared by the workload and the nemesis's probes.
@@ -50,9 +55,6 @@ impl Recorder {
 pub struct Sent {
     pub id: String,
     pub outcome: Outcome,
-    pub invoked: Instant,
-    pub completed: Instant,
-    pub attempts: u32,
 }
 
 /// A client of the service, as an application would write one.
@@ -241,34 +243,49 @@ impl Client {
         outcome
     }
 
-    /// `ids` of `tenant` all due at `due_at`, sent with many PubAcks in flight; each command
-    /// not acknowledged is sent again on its own. Returns how many were acknowledged.
+    /// `ids` of `tenant` all due at `due_at`, sent as ScheduleTimers of [`BURST_MESSAGE`]
+    /// timers, each message re-sent until the broker acknowledges it. Returns how many timers
+    /// were acknowledged.
     pub async fn burst(&self, tenant: &str, ids: &[String], due_at: Instant) -> usize {
+        let subject = format!("timer.cmd.schedule-many.{tenant}");
         let mut acked = 0;
-        for sent in self.send_schedules(tenant, ids, due_at).await {
-            acked += usize::from(sent.outcome == Outcome::Acked);
-            self.recorder.record(Op {
-                key: Key::new(tenant, &sent.id),
-                command: Command::Schedule {
-                    due_at,
-                    expire_after: None,
-                },
-                outcome: sent.outcome,
-                invoked: sent.invoked,
-                completed: sent.completed,
-                attempts: sent.attempts,
-            });
+        for chunk in ids.chunks(BURST_MESSAGE) {
+            let timers = chunk
+                .iter()
+                .map(|id| json!({ "serviceCallId": id, "dueAt": rfc3339(due_at) }))
+                .collect();
+            let command = schedule_timers_command(tenant, timers, None);
+            let bytes = serde_json::to_vec(&command).expect("json");
+            let invoked = Utc::now();
+            let (outcome, attempts) = self.publish(&subject, &bytes).await;
+            let completed = Utc::now();
+            if outcome == Outcome::Acked {
+                acked += chunk.len();
+            }
+            for id in chunk {
+                self.recorder.record(Op {
+                    key: Key::new(tenant, id),
+                    command: Command::Schedule {
+                        due_at,
+                        expire_after: None,
+                    },
+                    outcome: outcome.clone(),
+                    invoked,
+                    completed,
+                    attempts,
+                });
+            }
         }
         acked
     }
 
-    /// Sends `ids` of `tenant` as [`Self::burst`] does, recording nothing: for commands the
+    /// Sends `ids` of `tenant`, a ScheduleTimer each with many PubAcks in flight (each one not
+    /// acknowledged sent again on its own), recording nothing: for commands the
     /// service may refuse (a tenant's quota), which the workload's invariants do not judge.
     pub async fn send_schedules(&self, tenant: &str, ids: &[String], due_at: Instant) -> Vec<Sent> {
         let subject = format!("timer.cmd.schedule.{tenant}");
         let mut sent = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
-            let invoked = Utc::now();
             let mut pending = Vec::with_capacity(chunk.len());
             for id in chunk {
                 let command = schedule_command(tenant, id, &rfc3339(due_at), None);
@@ -287,18 +304,14 @@ impl Client {
                         .is_ok_and(|a| a.is_ok()),
                     _ => false,
                 };
-                let (outcome, attempts) = if stored {
-                    (Outcome::Acked, 1)
+                let outcome = if stored {
+                    Outcome::Acked
                 } else {
-                    let (outcome, attempts) = self.publish(&subject, &bytes).await;
-                    (outcome, attempts + 1)
+                    self.publish(&subject, &bytes).await.0
                 };
                 sent.push(Sent {
                     id: id.clone(),
                     outcome,
-                    invoked,
-                    completed: Utc::now(),
-                    attempts,
                 });
             }
         }

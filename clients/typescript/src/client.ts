@@ -29,23 +29,21 @@ import { toInstant, type InstantInput } from "./instant.js";
 import {
   DEFAULT_LIMITS,
   cancelFilterFields,
-  checkCorrelationId,
-  checkExpireAfter,
   checkForecastMinutes,
   checkListLimit,
   checkMessageSize,
   checkServiceCallId,
   checkTenantId,
-  checkDataJson,
-  dataText,
   type CancelFilter,
   type CommandLimits,
 } from "./rules.js";
+import { planScheduleTimers, sendPlanned, type ScheduleManyReceipt } from "./schedule-many.js";
 import { DEFAULT_EVENT_STREAM, DEFAULT_PREFIXES, Subjects, type EventKind, type SubjectPrefixes, type Verb } from "./subjects.js";
 import { utf8Bytes } from "./text.js";
+import { prepareTimer, type ScheduleInput } from "./timer-input.js";
 import { activeTraceHeaders, type TraceHeaders } from "./trace.js";
 
-const prefixed = (prefix: string, refusal: string | undefined) => (refusal === undefined ? undefined : prefix + refusal);
+export type { ScheduleInput } from "./timer-input.js";
 
 export interface TimerClientOptions {
   /** The tenant every command, request and consumer of this client is for. */
@@ -58,19 +56,6 @@ export interface TimerClientOptions {
   readonly eventStream?: string;
   /** The daemon's command limits, when it does not use the defaults. */
   readonly limits?: Partial<CommandLimits>;
-}
-
-/** A timer to schedule; sending the same `serviceCallId` again reschedules it (§3). */
-export interface ScheduleInput<D = unknown> {
-  /** The key, with the tenant: 1 to 128 characters, no control character. */
-  readonly serviceCallId: string;
-  /** When it fires: a `Date`, RFC 3339 text with a zone, or epoch milliseconds. */
-  readonly dueAt: InstantInput;
-  /** Any JSON value, given back unchanged in its DueTimeReached. */
-  readonly data?: D;
-  readonly correlationId?: string;
-  /** How late it may still fire (`"PT15M"`); later, TimerExpired comes instead. */
-  readonly expireAfter?: string;
 }
 
 export interface CallOptions {
@@ -154,30 +139,31 @@ export class TimerClient {
   async schedule<D = unknown>(input: ScheduleInput<D>, options: CommandOptions = {}): Promise<ScheduleReceipt> {
     const subject = this.subjects.schedule;
     const refuse = (reason: string) => new TimerRejectedError(reason, { source: "client", subject });
-    const hasData = input.data !== undefined && input.data !== null;
-    const data = hasData ? dataText(input.data) : undefined;
-    if (data && "reason" in data) throw refuse(data.reason);
-    const due = toInstant("dueAt", input.dueAt);
-    const payload: Record<string, unknown> = {
-      tenantId: this.tenantId,
-      serviceCallId: input.serviceCallId,
-      dueAt: "reason" in due ? String(input.dueAt) : due.text,
-      ...(input.correlationId === undefined ? {} : { correlationId: input.correlationId }),
-      ...(hasData ? { data: input.data } : {}),
-      ...(input.expireAfter === undefined ? {} : { expireAfter: input.expireAfter }),
-    };
+    const timer = prepareTimer(input, this.limits);
+    if (timer.unsendable) throw refuse(timer.unsendable);
+    const payload = { tenantId: this.tenantId, ...timer.fields };
     const command = envelope("ScheduleTimer", this.tenantId, payload, { aggregateId: input.serviceCallId });
     const json = JSON.stringify(command);
-    const refusal =
-      checkMessageSize(utf8Bytes(json), this.limits) ??
-      checkServiceCallId(input.serviceCallId) ??
-      ("reason" in due ? due.reason : undefined) ??
-      (data && "json" in data ? checkDataJson(data.json, this.limits) : undefined) ??
-      (input.expireAfter === undefined ? undefined : checkExpireAfter(input.expireAfter)) ??
-      (input.correlationId === undefined ? undefined : prefixed("payload ", checkCorrelationId(input.correlationId)));
+    const refusal = checkMessageSize(utf8Bytes(json), this.limits) ?? timer.refusal;
     if (refusal) throw refuse(refusal);
     const receipt = await this.publish(subject, command.id, json, options);
-    return { ...receipt, dueAt: payload.dueAt as string };
+    return { ...receipt, dueAt: timer.dueAt };
+  }
+
+  /**
+   * Schedules (or reschedules) many timers: sends them as ScheduleTimers commands of up to
+   * 1000 timers and `limits.maxCommandBytes` each, in order, and resolves with each message's
+   * receipt once the broker stored them all. The whole list is checked first, each timer as
+   * `schedule` checks it and each key at most once, and refused (TimerRejectedError, the
+   * timer's position in the reason: `timers[<i>]: …`) before anything is sent.
+   */
+  async scheduleTimers<D = unknown>(inputs: readonly ScheduleInput<D>[], options: CommandOptions = {}): Promise<ScheduleManyReceipt[]> {
+    const subject = this.subjects.scheduleMany;
+    const plan = planScheduleTimers(this.tenantId, inputs, this.limits);
+    if ("reason" in plan) throw new TimerRejectedError(plan.reason, { source: "client", subject });
+    // One trace context for every message of the list.
+    const trace = options.trace === false ? {} : (options.trace ?? (await activeTraceHeaders()));
+    return sendPlanned(plan.messages, (message) => this.publish(subject, message.id, message.json, { ...options, trace }));
   }
 
   /**

@@ -3,8 +3,9 @@
  * JetStream, and consume their events (docs/CONTRACT.md). The Effect API is in
  * `timer-service-client/effect`.
  *
- * Layout: `client` (the TimerClient), `consumers` (durable event consumers), `api` (requests
- * and error replies), `rules` with `instant`, `expire-after`, `data-shape` and `text` (the
+ * Layout: `client` (the TimerClient), `schedule-many` (its `scheduleTimers`: a list cut into
+ * ScheduleTimers messages), `consumers` (durable event consumers), `api` (requests and error
+ * replies), `rules` with `timer-input`, `instant`, `expire-after`, `data-shape` and `text` (the
  * contract's checks, with the daemon's reasons), `errors`, `trace` (W3C trace context),
  * `subjects`, `envelope`, and `generated/` (types from schema/).
  */
@@ -19,6 +20,8 @@ export type {
   ScheduleReceipt,
   TimerClientOptions,
 } from "./client.js";
+export { MAX_TIMERS_PER_MESSAGE } from "./schedule-many.js";
+export type { ScheduleManyReceipt } from "./schedule-many.js";
 export type { ConsumerOptions, Delivery, DeliveryInfo, EventSubscription, Feed } from "./consumers.js";
 export {
   TimerBadRequestError,

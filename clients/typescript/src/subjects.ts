@@ -40,6 +40,10 @@ export class Subjects {
     return `${this.prefixes.commands}.schedule.${this.tenantId}`;
   }
 
+  get scheduleMany(): string {
+    return `${this.prefixes.commands}.schedule-many.${this.tenantId}`;
+  }
+
   get cancel(): string {
     return `${this.prefixes.commands}.cancel.${this.tenantId}`;
   }

@@ -85,6 +85,49 @@ describe("the client's refusals match the daemon's", { skip: missing() }, () => 
     await sub.stop();
   });
 
+  it("for ScheduleTimers, naming the bad timer's position", async () => {
+    const timers = new TimerClient(nc, { tenantId: tenant("conformance-many") });
+    const rejected = new Inbox<RejectedEvent>();
+    const sub = await timers.onRejected((event) => void rejected.push(event), { consumer: "conformance-many" });
+    const js = jetstream(nc);
+    const later = "2030-01-01T00:00:00Z";
+    const good = (n: number): ScheduleInput[] => Array.from({ length: n }, (_, i) => ({ serviceCallId: `ok-${i}`, dueAt: later }));
+    const cases: Array<[string, ScheduleInput[]]> = [
+      ["an empty id", [...good(3), { serviceCallId: "", dueAt: later }]],
+      ["a key named twice", [...good(5), { serviceCallId: "ok-2", dueAt: later }]],
+      ["a key named twice, the second one bad otherwise", [...good(2), { serviceCallId: "ok-0", dueAt: "never" }]],
+      ["no zone", [{ serviceCallId: "k", dueAt: "2026-11-22T10:00:00" }]],
+      ["years", [...good(1), { serviceCallId: "k", dueAt: later, expireAfter: "P1Y" }]],
+      ["big data", [...good(2), { serviceCallId: "k", dueAt: later, data: "x".repeat(16 * 1024) }]],
+      ["a long correlation id", [...good(4), { serviceCallId: "k", dueAt: later, correlationId: "c".repeat(257) }]],
+      ["two bad timers: the first", [...good(1), { serviceCallId: "a\u0007", dueAt: later }, { serviceCallId: "", dueAt: later }]],
+    ];
+    const expected = new Map<string, [string, string]>();
+    for (const [name, inputs] of cases) {
+      const refusal = await timers.scheduleTimers(inputs).then(
+        () => assert.fail(`the client sent ${name}`),
+        (error: unknown) => {
+          assert.ok(error instanceof TimerRejectedError, `${name}: ${String(error)}`);
+          return error.reason;
+        },
+      );
+      const id = uuidv7();
+      const payload = { tenantId: timers.tenantId, timers: inputs };
+      const command = { id, type: "ScheduleTimers", tenantId: timers.tenantId, timestampMs: Date.now(), payload };
+      await js.publish(timers.subjects.scheduleMany, JSON.stringify(command));
+      expected.set(id, [name, refusal]);
+    }
+    await rejected.nth(expected.size - 1, "a rejection of every case", 30_000);
+    for (const event of rejected.all) {
+      const id = /"id":"([0-9a-f-]{36})"/.exec(event.payload.original)?.[1] ?? "";
+      const [name, reason] = expected.get(id) ?? ["?", "?"];
+      assert.equal(reason, event.payload.reason, `${name}: the client and the daemon give the same reason`);
+    }
+    assert.equal(rejected.size, expected.size);
+    assert.equal((await timers.stats()).scheduled, 0, "none of the good timers of a refused message stored");
+    await sub.stop();
+  });
+
   it("for API requests", async () => {
     const timers = new TimerClient(nc, { tenantId: tenant("conformance-api") });
     const requests: Array<[string, object, () => Promise<unknown>]> = [

@@ -65,6 +65,26 @@ describe("the Effect API", { skip: missing() }, () => {
     );
   });
 
+  it("schedules many timers at once, and refuses a bad list whole", async () => {
+    await run(
+      tenant("effect-many"),
+      Effect.gen(function* () {
+        const timers = yield* TimerService;
+        const inAnHour = Date.now() + 3_600_000;
+        const inputs = Array.from({ length: 1500 }, (_, i) => ({ serviceCallId: `m-${i}`, dueAt: inAnHour + i }));
+        const receipts = yield* timers.scheduleTimers(inputs);
+        assert.deepEqual(receipts.map((r) => [r.first, r.count]), [[0, 1000], [1000, 500]]);
+        yield* Effect.promise(() =>
+          eventually("1500 stored", () => Effect.runPromise(Effect.map(timers.stats(), (s) => s.scheduled === 1500))),
+        );
+        assert.equal((yield* timers.get("m-1499")).dueAt, new Date(inAnHour + 1499).toISOString());
+        const refused = yield* Effect.flip(timers.scheduleTimers([{ serviceCallId: "x", dueAt: inAnHour }, { serviceCallId: "x", dueAt: inAnHour }]));
+        assert.equal(refused._tag, "TimerRejected");
+        assert.match(refused.reason, /^timers\[1\]: serviceCallId "x" is named twice/);
+      }),
+    );
+  });
+
   it("fails with tagged errors", async () => {
     const tags = await run(
       tenant("effect-errors"),

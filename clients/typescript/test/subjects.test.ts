@@ -43,8 +43,11 @@ describe("a daemon with subjects of its own", { skip: missing() }, () => {
     const receipt = await timers.schedule({ serviceCallId: "fires", dueAt: Date.now() + 300 });
     assert.equal(receipt.stream, "OPS_TIMER_COMMANDS");
     await timers.schedule({ serviceCallId: "cancelled", dueAt: Date.now() + 3_600_000 });
-    await timers.schedule({ serviceCallId: "many-1", dueAt: Date.now() + 3_600_000, correlationId: "batch" });
-    await timers.schedule({ serviceCallId: "many-2", dueAt: Date.now() + 3_600_000, correlationId: "batch" });
+    const [many] = await timers.scheduleTimers([
+      { serviceCallId: "many-1", dueAt: Date.now() + 3_600_000, correlationId: "batch" },
+      { serviceCallId: "many-2", dueAt: Date.now() + 3_600_000, correlationId: "batch" },
+    ]);
+    assert.equal(many?.stream, "OPS_TIMER_COMMANDS");
 
     const event = await seen.nth(0, "the DueTimeReached on the configured event subject");
     assert.equal(event.payload.serviceCallId, "fires");

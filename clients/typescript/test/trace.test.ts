@@ -1,7 +1,8 @@
 /**
  * Trace context through the daemon: the active OpenTelemetry span's `traceparent` and
  * `tracestate` go out with the command and come back on its DueTimeReached, the handler runs
- * inside the event's trace, and the API shows the timer's trace id.
+ * inside the event's trace, and the API shows the timer's trace id; a ScheduleTimers' trace
+ * comes back on the event of each of its timers.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -73,6 +74,24 @@ describe("trace context", { skip: missing() }, () => {
     assert.equal(explicit.info.trace.traceparent, given);
     assert.equal(explicit.active?.traceId, "0af7651916cd43dd8448eb211c80319c");
     assert.equal((await timers.get("plain")).traceId ?? undefined, undefined);
+    await sub.stop();
+  });
+
+  it("comes back on the event of every timer of a scheduleTimers", async () => {
+    const timers = new TimerClient(nc, { tenantId: tenant("trace-many") });
+    const seen = new Inbox<Seen>();
+    const sub = await timers.onDue((_event, info) => void seen.push({ info, active: trace.getSpanContext(context.active()) }), {
+      consumer: "trace-many",
+    });
+    const traceId = "5bf92f3577b34da6a3ce929d0e0e4736";
+    const inputs = ["a", "b", "c"].map((key) => ({ serviceCallId: key, dueAt: Date.now() + 200 }));
+    await timers.scheduleTimers(inputs, { trace: { traceparent: `00-${traceId}-00f067aa0ba902b7-01` } });
+    await seen.nth(inputs.length - 1, "the three events");
+    for (const { info, active } of seen.all) {
+      assert.match(info.trace.traceparent ?? "", new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
+      assert.equal(active?.traceId, traceId);
+    }
+    assert.equal((await timers.get("c")).traceId, traceId);
     await sub.stop();
   });
 });

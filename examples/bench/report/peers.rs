@@ -31,8 +31,13 @@ fn systems(f: &Figures) -> Vec<(String, String)> {
 /// `ours ÷ best peer` of the medians of `what` (`{}` stands for the system's tag), and the best
 /// peer's name; `invert` for figures where lower is better.
 fn ratio(f: &Figures, what: &str, ours: &str, peers: &[&str], invert: bool) -> String {
+    ratio_to(f, &what.replace("{}", ours), what, peers, invert)
+}
+
+/// [`ratio`] of the figure `mine` (ours, under another key than the peers').
+fn ratio_to(f: &Figures, mine: &str, what: &str, peers: &[&str], invert: bool) -> String {
     let key = |tag: &str| what.replace("{}", tag);
-    let Some(mine) = median(f, &key(ours)) else {
+    let Some(mine) = median(f, mine) else {
         return "n/a".into();
     };
     let theirs = peers
@@ -61,7 +66,8 @@ pub(super) fn peers(r: &mut String, args: &Args, f: &Figures) {
          6.7.0 on a Redis of its own with AOF, pg-boss 12.38.0 on the bench's PostgreSQL \
          (tuning: `examples/bench/peers/README.md`). Ingest: N stored from a backlog (ours: \
          commands queued, then the daemon started; theirs: bulk inserts) and from a live \
-         client (1,000 awaiting their acknowledgement at once). Fire: N due at one instant, \
+         client (1,000 awaiting their acknowledgement at once); ours one ScheduleTimer per \
+         timer, and in ScheduleTimers of 500 (the `-many` columns). Fire: N due at one instant, \
          per second from the instant to the last (ours: the last marked `Reached`; theirs: \
          the last handler call). Lateness: `--rates` for {} s, each scheduled {} ms ahead \
          (ms; received − dueAt).\n",
@@ -75,6 +81,11 @@ pub(super) fn peers(r: &mut String, args: &Args, f: &Figures) {
         for (what, label) in [
             ("ingest.backlog", "ingest backlog"),
             ("ingest.live", "ingest live"),
+            (
+                "ingest.backlog-many",
+                "ingest backlog, ScheduleTimers of 500,",
+            ),
+            ("ingest.live-many", "ingest live, ScheduleTimers of 500,"),
             ("fire", "fire"),
         ] {
             let _ = write!(header, " {label} {n} /s |");
@@ -121,6 +132,20 @@ pub(super) fn peers(r: &mut String, args: &Args, f: &Figures) {
                     r,
                     "- {ours}, {what} {n}: {} (target {target})",
                     ratio(f, &format!("peers.{what}.{n}.{{}}"), ours, &peers, false)
+                );
+            }
+            // The peers' ingest is in bulk calls: beside it, ours in ScheduleTimers too.
+            for what in ["ingest.backlog", "ingest.live"] {
+                let _ = writeln!(
+                    r,
+                    "- {ours}, {what} {n} as ScheduleTimers of 500: {} (target ≥ 1.5×)",
+                    ratio_to(
+                        f,
+                        &format!("peers.{what}-many.{n}.{ours}"),
+                        &format!("peers.{what}.{n}.{{}}"),
+                        &peers,
+                        false
+                    )
                 );
             }
         }

@@ -1,7 +1,8 @@
 //! The `peers` section: timer-service (default configuration, one daemon) beside BullMQ (Redis
 //! with AOF, `everysec` and `always`) and pg-boss (the bench's PostgreSQL, with `--database`),
 //! on the same workloads in the same run: ingest of each `--peers-n` from a backlog and from a
-//! live client, that many due at one instant, and the steady loads of `--rates`. The daemon's
+//! live client (for this service both as one ScheduleTimer per timer and as ScheduleTimers of
+//! 500, the `-many` figures), that many due at one instant, and the steady loads of `--rates`. The daemon's
 //! backlog ingest also gives the time from its start to its first applied command.
 
 use std::time::Duration;
@@ -17,6 +18,10 @@ pub const PEERS: [(&str, &str); 3] = [
     ("bullmq-always", "BullMQ, Redis AOF always"),
     ("pgboss", "pg-boss, same PostgreSQL"),
 ];
+
+/// Timers in each ScheduleTimers of the `-many` ingests: as the peers' bulk calls take them
+/// (BullMQ's `addBulk`, pg-boss's `insert()` of 1,000), within the 64 KiB a command may have.
+const TIMERS_PER_MESSAGE: usize = 500;
 
 /// How far ahead timers due at one instant are: long enough to store `n` first.
 fn fire_lead(n: usize) -> Duration {
@@ -87,7 +92,13 @@ pub(super) async fn peers(ctx: &Ctx<'_>, f: &mut Figures) {
 async fn ours(ctx: &Ctx<'_>, f: &mut Figures, backend: &Backend, n: usize) {
     let tag = backend.tag();
     let daemons = [ctx.default("d")];
-    for (mode, intake) in [("backlog", Intake::Backlog), ("live", Intake::Live)] {
+    let modes = [
+        ("backlog", Intake::Backlog, 1),
+        ("live", Intake::Live, 1),
+        ("backlog-many", Intake::Backlog, TIMERS_PER_MESSAGE),
+        ("live-many", Intake::Live, TIMERS_PER_MESSAGE),
+    ];
+    for (mode, intake, per_message) in modes {
         eprintln!(
             "peers: timer-service ({}) ingest {n}, {mode}",
             backend.label()
@@ -96,9 +107,10 @@ async fn ours(ctx: &Ctx<'_>, f: &mut Figures, backend: &Backend, n: usize) {
             .world(&format!("peers-ingest-{tag}-{mode}-{n}"), backend, None)
             .await;
         let ingested =
-            workloads::ingest_observed(&w, n, &daemons, Carried::default(), intake).await;
+            workloads::ingest_observed(&w, n, &daemons, Carried::default(), intake, per_message)
+                .await;
         f.run(&format!("peers.ingest.{mode}.{n}.{tag}"), ingested.run);
-        if let Some(first) = ingested.first_applied {
+        if let Some(first) = ingested.first_applied.filter(|_| per_message == 1) {
             f.rate(
                 format!("peers.first.{n}.{tag}"),
                 first.as_secs_f64() * 1000.0,

@@ -9,7 +9,10 @@ use chrono::Utc;
 use futures::StreamExt;
 use timer_service::nats::streams::ensure_command_stream;
 
-use super::{Carried, Run, command_with, meter, start_daemons, stop, traceparent, wait_for_api};
+use super::{
+    Carried, Run, command_with, meter, schedule_timers, start_daemons, stop, traceparent,
+    wait_for_api,
+};
 use crate::daemon::Settings;
 use crate::raw::publish_pipelined;
 use crate::world::World;
@@ -27,7 +30,7 @@ pub async fn ingest_with(
     daemons: &[Settings],
     carried: Carried<'_>,
 ) -> Run {
-    ingest_observed(world, n, daemons, carried, Intake::Backlog)
+    ingest_observed(world, n, daemons, carried, Intake::Backlog, 1)
         .await
         .run
 }
@@ -51,20 +54,34 @@ pub struct Ingested {
 }
 
 /// `n` commands taken in from `intake`: commands stored and acknowledged per second, until the
-/// work queue is empty.
+/// work queue is empty. With `per_message` above 1 they come as ScheduleTimers of that many
+/// timers each (the rate is still of timers), `carried` aside.
 pub async fn ingest_observed(
     world: &World,
     n: usize,
     daemons: &[Settings],
     carried: Carried<'_>,
     intake: Intake,
+    per_message: usize,
 ) -> Ingested {
     let mut stream = ensure_command_stream(&world.js, &daemons[0].broker_names())
         .await
         .expect("command stream");
     let due = Utc::now() + chrono::Duration::days(1);
+    let messages = n.div_ceil(per_message.max(1));
     let publish = || {
-        publish_pipelined(&world.js, n, 1000, |i| {
+        publish_pipelined(&world.js, messages, 1000, |m| {
+            if per_message > 1 {
+                let tenant = format!("t{}", m % 10);
+                let first = m * per_message;
+                let ids = (first..n.min(first + per_message)).map(|i| format!("ingest-{i}"));
+                let timers = ids
+                    .enumerate()
+                    .map(|(k, id)| (id, due + chrono::Duration::milliseconds((first + k) as i64)));
+                let message = PublishMessage::build().payload(schedule_timers(&tenant, timers));
+                return (format!("timer.cmd.schedule-many.{tenant}"), message);
+            }
+            let i = m;
             let mut message = PublishMessage::build().payload(command_with(
                 &format!("t{}", i % 10),
                 &format!("ingest-{i}"),
@@ -101,7 +118,7 @@ pub async fn ingest_observed(
             .await
             .map(|i| i.state.messages)
             .unwrap_or(u64::MAX);
-        if first_applied.is_none() && left < n as u64 {
+        if first_applied.is_none() && left < messages as u64 {
             first_applied = Some(started.elapsed());
         }
         if left == 0 {

@@ -97,6 +97,25 @@ fn command_with(
     .into()
 }
 
+/// A ScheduleTimers of `tenant` holding `timers` (key, due).
+fn schedule_timers(
+    tenant: &str,
+    timers: impl Iterator<Item = (String, DateTime<Utc>)>,
+) -> bytes::Bytes {
+    let timers: Vec<serde_json::Value> = timers
+        .map(|(id, due)| serde_json::json!({ "serviceCallId": id, "dueAt": rfc3339(due) }))
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "id": uuid::Uuid::now_v7(),
+        "type": "ScheduleTimers",
+        "tenantId": tenant,
+        "timestampMs": Utc::now().timestamp_millis(),
+        "payload": { "tenantId": tenant, "timers": timers },
+    }))
+    .expect("json")
+    .into()
+}
+
 /// A timer's data as a client might send it, `bytes` long as JSON text (at least 100): an
 /// order with a few lines and a note filling the rest.
 pub fn data_of(bytes: usize) -> Box<serde_json::value::RawValue> {

@@ -84,6 +84,7 @@ impl Handler {
             seq: order,
             received_at: now,
             trace: None,
+            item: None,
         };
         let (outcome, timer) = self.persistence.cancel(command).await.map_err(|e| {
             ApiError::internal(format!(

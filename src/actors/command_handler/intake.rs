@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use super::CommandHandlerState;
-use super::rejection::reject;
+use super::rejection::{RejectionId, reject};
 use super::storing::{Accepted, hand_back};
 use crate::actors::canceller::Job;
 use crate::domain::command::generated_correlation_id;
@@ -30,7 +30,7 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
     let args = &state.args;
     let now = args.clock.now();
     let mut accepted: Vec<Accepted> = Vec::with_capacity(commands.len());
-    let mut rejected: Vec<(InboundCommand, Rejection, u64)> = Vec::new();
+    let mut rejected: Vec<(InboundCommand, Rejection, RejectionId)> = Vec::new();
     let mut unordered: Vec<InboundCommand> = Vec::new();
     let mut many: Vec<(CancelMany, InboundCommand)> = Vec::new();
     for inbound in commands {
@@ -54,7 +54,7 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
                     reason,
                     kind,
                 };
-                rejected.push((inbound, rejection, id));
+                rejected.push((inbound, rejection, (id, None)));
                 continue;
             }
         };
@@ -74,8 +74,17 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
                 command.trace = inbound.trace.clone();
                 accepted.push(Accepted { command, inbound });
             }
+            Ok(Parsed::Timers(commands)) => {
+                // Each timer is stored (or refused) on its own; the message is settled with
+                // the last of them.
+                let parts = inbound.into_parts(commands.len());
+                for (mut command, inbound) in commands.into_iter().zip(parts) {
+                    command.trace = inbound.trace.clone();
+                    accepted.push(Accepted { command, inbound });
+                }
+            }
             Ok(Parsed::Many(cancel)) => many.push((cancel, inbound)),
-            Err(rejection) => rejected.push((inbound, rejection, order)),
+            Err(rejection) => rejected.push((inbound, rejection, (order, None))),
         }
     }
     if !rejected.is_empty() {

@@ -99,8 +99,28 @@ impl Pipeline {
             return;
         }
         self.last_commit = Some(now);
-        let batch = std::mem::take(&mut self.gathered);
+        let batch = self.take_group();
         self.storing.push_back(store(args, batch));
+    }
+
+    /// The next transaction's commands: the gathered ones up to [`GROUP_MAX`], and the rest of
+    /// a `ScheduleTimers` cut there (its timers are always stored together, and a pull of
+    /// them could hold far more than a transaction should).
+    fn take_group(&mut self) -> Vec<Accepted> {
+        if self.gathered.len() <= GROUP_MAX {
+            return std::mem::take(&mut self.gathered);
+        }
+        let last = &self.gathered[GROUP_MAX - 1].command;
+        let same_message = |a: &Accepted| {
+            last.item.is_some() && a.command.item.is_some() && a.command.seq == last.seq
+        };
+        let end = GROUP_MAX
+            + self.gathered[GROUP_MAX..]
+                .iter()
+                .take_while(|a| same_message(a))
+                .count();
+        let rest = self.gathered.split_off(end);
+        std::mem::replace(&mut self.gathered, rest)
     }
 
     /// Waits for the oldest transaction being stored and notes its outcome.

@@ -10,15 +10,19 @@ use crate::domain::Rejection;
 use crate::domain::events::{rejection_message_id, timer_command_rejected};
 use crate::ports::{InboundCommand, OutgoingEvent};
 
+/// What a rejection event's `Nats-Msg-Id` is made of: the command's order, and the timer's
+/// position for one timer of a `ScheduleTimers` refused alone.
+pub(super) type RejectionId = (u64, Option<u32>);
+
 /// Reports each refused command on the rejection subject, then terminates it on the broker.
 pub(super) async fn reject(
     args: &CommandHandlerArgs,
-    rejected: Vec<(InboundCommand, Rejection, u64)>,
+    rejected: Vec<(InboundCommand, Rejection, RejectionId)>,
 ) {
     let now = args.clock.now();
     let mut events = Vec::with_capacity(rejected.len());
     let mut spans = Vec::new();
-    for (command, rejection, order) in &rejected {
+    for (command, rejection, (order, item)) in &rejected {
         // Its event carries the command's process span on, when one is recorded.
         let span = command.process_span();
         let trace = span.carried(command.trace.as_ref());
@@ -39,7 +43,7 @@ pub(super) async fn reject(
         match serde_json::to_vec(&envelope) {
             Ok(payload) => events.push(OutgoingEvent {
                 subject: args.subjects.rejected(&rejection.tenant_id),
-                message_id: rejection_message_id(*order),
+                message_id: rejection_message_id(*order, *item),
                 payload: payload.into(),
                 trace,
             }),

@@ -8,7 +8,7 @@
 //! they are rejected with the database's reason, the rest stored. A command is acknowledged
 //! only after its own commit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -18,7 +18,7 @@ use ractor::concurrency::{JoinHandle, OneshotReceiver};
 
 use super::CommandHandlerArgs;
 use super::quota;
-use super::rejection::reject;
+use super::rejection::{RejectionId, reject};
 use super::split::{Failure, split};
 use crate::actors::persistence::CallError;
 use crate::actors::poller::{Poller, PollerMsg};
@@ -76,12 +76,14 @@ pub(super) fn store(args: &Arc<CommandHandlerArgs>, batch: Vec<Accepted>) -> Joi
                 let written = applied.written;
                 let mut inbound: Vec<Option<InboundCommand>> =
                     inbound.into_iter().map(Some).collect();
-                let over_quota = refused_by_quota(&quotas, &commands, &mut inbound, 0, applied);
+                let (over_quota, quiet) =
+                    refused_by_quota(&quotas, &commands, &mut inbound, 0, applied);
                 let all = 0..commands.len();
                 acknowledge_stored(&args, &commands, &mut inbound, all, &[commit]).await;
                 if !over_quota.is_empty() {
                     reject(&args, over_quota).await;
                 }
+                join_all(quiet.into_iter().map(InboundCommand::term)).await;
                 tracing::debug!(
                     actor = "command_handler",
                     received = commands.len(),
@@ -99,25 +101,35 @@ pub(super) fn store(args: &Arc<CommandHandlerArgs>, batch: Vec<Accepted>) -> Joi
 }
 
 /// The deliveries of the commands an apply of the part starting at `offset` refused past their
-/// quotas, taken out of `inbound`, with their rejections.
+/// quotas, taken out of `inbound`, with their rejections. A `ScheduleTimers` is refused whole
+/// (`domain::quota::decide_batch`) and reported once, as a message: the deliveries of its
+/// other timers are terminated without a report of their own.
 fn refused_by_quota(
     quotas: &Quotas,
     commands: &[Command],
     inbound: &mut [Option<InboundCommand>],
     offset: usize,
     applied: Applied,
-) -> Vec<(InboundCommand, Rejection, u64)> {
-    applied
-        .refused
-        .into_iter()
-        .filter_map(|(i, exceeded)| {
-            let command = &commands[offset + i];
-            let rejection = quota::rejection(quotas, command, exceeded);
-            inbound[offset + i]
-                .take()
-                .map(|c| (c, rejection, command.seq))
-        })
-        .collect()
+) -> (
+    Vec<(InboundCommand, Rejection, RejectionId)>,
+    Vec<InboundCommand>,
+) {
+    let mut reported = Vec::new();
+    let mut quiet = Vec::new();
+    let mut messages = HashSet::new();
+    for (i, exceeded) in applied.refused {
+        let command = &commands[offset + i];
+        let Some(delivery) = inbound[offset + i].take() else {
+            continue;
+        };
+        if command.item.is_some() && !messages.insert(command.seq) {
+            quiet.push(delivery);
+            continue;
+        }
+        let rejection = quota::rejection(quotas, command, exceeded);
+        reported.push((delivery, rejection, (command.seq, None)));
+    }
+    (reported, quiet)
 }
 
 /// A commit that stored a part of a batch (the whole batch, or one part of a split), for its
@@ -232,16 +244,14 @@ async fn store_around_refused(
     let mut inbound: Vec<Option<InboundCommand>> = inbound.into_iter().map(Some).collect();
     let parts = std::mem::take(&mut *parts.lock().unwrap_or_else(|e| e.into_inner()));
     let mut rejected = Vec::new();
+    let mut quiet = Vec::new();
     let mut commits = Vec::with_capacity(parts.len());
     for (commit, applied) in parts {
         let offset = commit.part.start;
-        rejected.extend(refused_by_quota(
-            &quotas,
-            &commands,
-            &mut inbound,
-            offset,
-            applied,
-        ));
+        let (reported, unreported) =
+            refused_by_quota(&quotas, &commands, &mut inbound, offset, applied);
+        rejected.extend(reported);
+        quiet.extend(unreported);
         commits.push(commit);
     }
     acknowledge_stored(
@@ -254,16 +264,24 @@ async fn store_around_refused(
     .await;
     rejected.extend(outcome.refused.into_iter().filter_map(|(i, reason)| {
         let command = &commands[i];
+        // A timer of a ScheduleTimers is refused alone, and its reason says which.
+        let at = command
+            .item
+            .map(|i| format!("timers[{i}]: "))
+            .unwrap_or_default();
         let rejection = Rejection {
             tenant_id: command.tenant_id.clone(),
-            reason: format!("refused by the database: {reason}"),
+            reason: format!("{at}refused by the database: {reason}"),
             kind: RejectionKind::Refused,
         };
-        inbound[i].take().map(|c| (c, rejection, command.seq))
+        inbound[i]
+            .take()
+            .map(|c| (c, rejection, (command.seq, command.item)))
     }));
     if !rejected.is_empty() {
         reject(args, rejected).await;
     }
+    join_all(quiet.into_iter().map(InboundCommand::term)).await;
     match outcome.outage {
         None => Ok(()),
         Some(cause) => {

@@ -117,39 +117,62 @@ pub fn decide_batch(
     let mut refused = Vec::new();
     // The outcome of each command decided so far, for its copies further on.
     let mut decided: HashMap<(u64, &str, &str), Option<Exceeded>> = HashMap::new();
-    for (i, command) in commands.iter().enumerate() {
-        if let Some(exceeded) = refused_before(recorded, command) {
-            refused.push((i, exceeded));
-            continue;
-        }
-        let limits = quotas.limits(&command.tenant_id);
-        if limits.is_unlimited() || settled.contains(&i) {
-            continue;
-        }
-        let copy_of = (
-            command.seq,
-            command.tenant_id.as_str(),
-            command.service_call_id.as_str(),
-        );
-        if let Some(outcome) = decided.get(&copy_of) {
-            if let Some(exceeded) = outcome {
-                refused.push((i, *exceeded));
+    let mut start = 0;
+    while start < commands.len() {
+        let end = message_end(commands, start);
+        if end - start == 1 {
+            let command = &commands[start];
+            let limits = quotas.limits(&command.tenant_id);
+            if let Some(exceeded) = decide_one(
+                limits,
+                stored,
+                &mut counted,
+                &mut decided,
+                command,
+                settled,
+                start,
+                recorded,
+                now_ms,
+            ) {
+                refused.push((start, exceeded));
             }
+            start = end;
             continue;
         }
-        let quota = stored.entry(command.tenant_id.clone()).or_default();
-        let window = limits.commands_per_second.map(|_| &mut quota.window);
-        let pending = counted.get_mut(&command.tenant_id);
-        let bound_only = pending.is_none();
-        let outcome = decide(limits, window, pending, command, now_ms);
-        match outcome {
-            Ok(()) if bound_only && limits.max_pending.is_some() && is_schedule(command) => {
-                quota.pending_most = quota.pending_most.map(|most| most + 1);
+        // A ScheduleTimers is decided whole: should one of its timers be past a quota, the
+        // tenant's state goes back to what it was before the message, and every timer of it
+        // is refused for that quota.
+        let tenant = commands[start].tenant_id.clone();
+        let limits = quotas.limits(&tenant);
+        let before = (stored.get(&tenant).cloned(), counted.get(&tenant).cloned());
+        let mut first_refusal = None;
+        for (i, command) in commands.iter().enumerate().take(end).skip(start) {
+            let outcome = decide_one(
+                limits,
+                stored,
+                &mut counted,
+                &mut decided,
+                command,
+                settled,
+                i,
+                recorded,
+                now_ms,
+            );
+            if first_refusal.is_none() {
+                first_refusal = outcome;
             }
-            Ok(()) => {}
-            Err(exceeded) => refused.push((i, exceeded)),
         }
-        decided.insert(copy_of, outcome.err());
+        if let Some(exceeded) = first_refusal {
+            match before.0 {
+                Some(quota) => stored.insert(tenant.clone(), quota),
+                None => stored.remove(&tenant),
+            };
+            if let Some(pending) = before.1 {
+                counted.insert(tenant, pending);
+            }
+            refused.extend((start..end).map(|i| (i, exceeded)));
+        }
+        start = end;
     }
     for (tenant, pending) in counted {
         let quota = stored.entry(tenant).or_default();
@@ -157,6 +180,58 @@ pub fn decide_batch(
         quota.counted_at_ms = Some(now_ms);
     }
     refused
+}
+
+/// Where the message of the command at `start` ends: past the run of timers of one
+/// `ScheduleTimers` (same order and tenant, each with its position), or right after a command
+/// of one timer.
+fn message_end(commands: &[Command], start: usize) -> usize {
+    let first = &commands[start];
+    if first.item.is_none() {
+        return start + 1;
+    }
+    let same =
+        |c: &Command| c.item.is_some() && c.seq == first.seq && c.tenant_id == first.tenant_id;
+    start + 1 + commands[start + 1..].iter().take_while(|c| same(c)).count()
+}
+
+/// Decides one command (at position `i`), as [`decide_batch`] says: its refusal, if any.
+#[allow(clippy::too_many_arguments)]
+fn decide_one<'c>(
+    limits: super::Limits,
+    stored: &mut HashMap<String, TenantQuota>,
+    counted: &mut HashMap<String, TenantPending>,
+    decided: &mut HashMap<(u64, &'c str, &'c str), Option<Exceeded>>,
+    command: &'c Command,
+    settled: &BTreeSet<usize>,
+    i: usize,
+    recorded: &Recorded,
+    now_ms: i64,
+) -> Option<Exceeded> {
+    if let Some(exceeded) = refused_before(recorded, command) {
+        return Some(exceeded);
+    }
+    if limits.is_unlimited() || settled.contains(&i) {
+        return None;
+    }
+    let copy_of = (
+        command.seq,
+        command.tenant_id.as_str(),
+        command.service_call_id.as_str(),
+    );
+    if let Some(outcome) = decided.get(&copy_of) {
+        return *outcome;
+    }
+    let quota = stored.entry(command.tenant_id.clone()).or_default();
+    let window = limits.commands_per_second.map(|_| &mut quota.window);
+    let pending = counted.get_mut(&command.tenant_id);
+    let bound_only = pending.is_none();
+    let outcome = decide(limits, window, pending, command, now_ms);
+    if outcome.is_ok() && bound_only && limits.max_pending.is_some() && is_schedule(command) {
+        quota.pending_most = quota.pending_most.map(|most| most + 1);
+    }
+    decided.insert(copy_of, outcome.err());
+    outcome.err()
 }
 
 /// The keys the `commands` name, by tenant, in tenant order.

@@ -22,12 +22,15 @@ pub struct Refusal {
 pub type Recorded = HashMap<u64, Refusal>;
 
 /// The recorded refusal of `command`: one of the same order, tenant and key (every copy of a
-/// message has all three).
+/// message has all three). A timer of a `ScheduleTimers` matches on the order and tenant
+/// alone: such a message is refused whole (`decide_batch`), and its record names its first
+/// timer.
 pub fn refused_before(recorded: &Recorded, command: &Command) -> Option<Exceeded> {
     recorded
         .get(&command.seq)
         .filter(|r| {
-            r.tenant_id == command.tenant_id && r.service_call_id == command.service_call_id
+            r.tenant_id == command.tenant_id
+                && (command.item.is_some() || r.service_call_id == command.service_call_id)
         })
         .map(|r| r.exceeded)
 }

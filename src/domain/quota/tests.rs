@@ -19,6 +19,7 @@ pub(super) fn schedule(tenant: &str, id: &str, seq: u64) -> Command {
         seq,
         received_at: DateTime::UNIX_EPOCH,
         trace: None,
+        item: None,
     }
 }
 

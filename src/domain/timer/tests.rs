@@ -20,6 +20,7 @@ pub(crate) fn schedule(scid: &str, seq: u64, due_ms: i64) -> Command {
         seq,
         received_at: at(seq as i64),
         trace: None,
+        item: None,
     }
 }
 

@@ -92,6 +92,7 @@ fn command_problem(rest: &str, payload: &[u8]) -> Option<String> {
     let (verb, tenant) = rest.split_once('.')?;
     let expected = match verb {
         "schedule" => "ScheduleTimer",
+        "schedule-many" => "ScheduleTimers",
         "cancel" => "CancelTimer",
         "cancel-many" => "CancelTimers",
         _ => return Some(format!("unknown command subject verb {verb}")),

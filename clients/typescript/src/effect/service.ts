@@ -14,6 +14,7 @@ import {
   type ScheduleReceipt,
   type TimerClientOptions,
 } from "../client.js";
+import type { ScheduleManyReceipt } from "../schedule-many.js";
 import type { ConsumerOptions, Delivery, DeliveryInfo, EventSubscription } from "../consumers.js";
 import type { Timer } from "../events.js";
 import type { ApiCancelManyReply, ApiCancelReply, ApiStatsReply } from "../generated/index.js";
@@ -35,6 +36,14 @@ export interface TimerServiceShape {
   readonly tenantId: string;
   /** Schedules (or reschedules) a timer; succeeds once the broker stored it. */
   readonly schedule: <D = unknown>(input: ScheduleInput<D>) => Effect.Effect<ScheduleReceipt, TimerClientError>;
+  /**
+   * Schedules (or reschedules) many timers, as ScheduleTimers commands of up to 1000 timers
+   * each; succeeds with each message's receipt once the broker stored them all. A bad timer or
+   * a key named twice fails the whole list (TimerRejected) before anything is sent.
+   */
+  readonly scheduleTimers: <D = unknown>(
+    inputs: readonly ScheduleInput<D>[],
+  ) => Effect.Effect<ScheduleManyReceipt[], TimerClientError>;
   /** Publishes a CancelTimer; succeeds once the broker stored it. */
   readonly cancelCommand: (serviceCallId: string) => Effect.Effect<CommandReceipt, TimerClientError>;
   /** Cancels through the API and says what happened, once applied. */
@@ -190,6 +199,8 @@ export function makeTimerService(client: TimerClient): TimerServiceShape {
     tenantId: client.tenantId,
     schedule: (input) =>
       Effect.flatMap(effectTrace, (trace) => attempt(() => client.schedule(input, trace ? { trace } : {}))),
+    scheduleTimers: (inputs) =>
+      Effect.flatMap(effectTrace, (trace) => attempt(() => client.scheduleTimers(inputs, trace ? { trace } : {}))),
     cancelCommand: (id) => Effect.flatMap(effectTrace, (trace) => attempt(() => client.cancelCommand(id, trace ? { trace } : {}))),
     cancel: (id, options) => attempt(() => client.cancel(id, options)),
     cancelMany: (filter, options) => attempt(() => client.cancelMany(filter, options)),

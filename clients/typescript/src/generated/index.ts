@@ -15,5 +15,6 @@ export type { CancelTimer, CancelTimerPayload } from "./cancel-timer.js";
 export type { CancelTimers, CancelTimersPayload } from "./cancel-timers.js";
 export type { DueTimeReached, DueTimeReachedPayload } from "./due-time-reached.js";
 export type { ExpireAfter, ScheduleTimer, ScheduleTimerPayload } from "./schedule-timer.js";
+export type { ScheduleTimers, ScheduleTimersPayload, TimerSpec } from "./schedule-timers.js";
 export type { TimerCommandRejected, TimerCommandRejectedPayload } from "./timer-command-rejected.js";
 export type { TimerExpired, TimerExpiredPayload } from "./timer-expired.js";

@@ -159,9 +159,10 @@ describe("filters and requests", () => {
   it("names the contract's subjects", () => {
     const s = new Subjects("acme");
     assert.deepEqual(
-      [s.schedule, s.cancel, s.cancelMany, s.event("due"), s.event("expired"), s.event("rejected"), s.api("cancel-many")],
+      [s.schedule, s.scheduleMany, s.cancel, s.cancelMany, s.event("due"), s.event("expired"), s.event("rejected"), s.api("cancel-many")],
       [
         "timer.cmd.schedule.acme",
+        "timer.cmd.schedule-many.acme",
         "timer.cmd.cancel.acme",
         "timer.cmd.cancel-many.acme",
         "timer.evt.due.acme",

@@ -377,3 +377,75 @@ fn a_copy_of_a_command_refused_before_is_refused_again_and_takes_no_place() {
     );
     assert_eq!(positions(&refused), [1]);
 }
+
+/// The timers of one ScheduleTimers at `seq`: keys `m-0`…, positions 0….
+fn message(tenant: &str, seq: u64, n: u32) -> Vec<Command> {
+    (0..n)
+        .map(|i| Command {
+            item: Some(i),
+            ..schedule(tenant, &format!("m-{seq}-{i}"), seq)
+        })
+        .collect()
+}
+
+#[test]
+fn a_schedule_timers_past_a_quota_is_refused_whole_and_takes_no_place() {
+    let quotas = quotas(Limits {
+        commands_per_second: Some(10),
+        ..Limits::default()
+    });
+    // 4 single commands, a message of 8 (only 6 would fit), then a message of 3 and a single
+    // command, which fit in the room the refused message left.
+    let mut commands = batch("acme", 0, 4);
+    commands.extend(message("acme", 10, 8));
+    commands.extend(message("acme", 11, 3));
+    commands.extend(batch("acme", 20, 1));
+    let mut stored = HashMap::new();
+    let refused = decide_batch(
+        &quotas,
+        &mut stored,
+        HashMap::new(),
+        &commands,
+        &none(),
+        &no_record(),
+        NOW,
+    );
+    assert_eq!(positions(&refused), (4..12).collect::<Vec<_>>());
+    assert!(
+        refused
+            .iter()
+            .all(|(_, e)| e.quota == Quota::CommandsPerSecond)
+    );
+}
+
+#[test]
+fn a_copy_of_a_refused_schedule_timers_is_refused_again_whole() {
+    let quotas = quotas(Limits {
+        commands_per_second: Some(100),
+        ..Limits::default()
+    });
+    // The record names the message's first timer; every timer of a copy matches it.
+    let recorded = Recorded::from([(
+        10,
+        Refusal {
+            tenant_id: "acme".into(),
+            service_call_id: "m-10-0".into(),
+            exceeded: Exceeded {
+                quota: Quota::MaxPending,
+                limit: 5,
+            },
+        },
+    )]);
+    let commands = message("acme", 10, 4);
+    let refused = decide_batch(
+        &quotas,
+        &mut HashMap::new(),
+        HashMap::new(),
+        &commands,
+        &none(),
+        &recorded,
+        NOW,
+    );
+    assert_eq!(positions(&refused), vec![0, 1, 2, 3]);
+    assert!(refused.iter().all(|(_, e)| e.quota == Quota::MaxPending));
+}
