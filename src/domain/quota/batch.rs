@@ -120,31 +120,13 @@ pub fn decide_batch(
     let mut start = 0;
     while start < commands.len() {
         let end = message_end(commands, start);
-        if end - start == 1 {
-            let command = &commands[start];
-            let limits = quotas.limits(&command.tenant_id);
-            if let Some(exceeded) = decide_one(
-                limits,
-                stored,
-                &mut counted,
-                &mut decided,
-                command,
-                settled,
-                start,
-                recorded,
-                now_ms,
-            ) {
-                refused.push((start, exceeded));
-            }
-            start = end;
-            continue;
-        }
+        let tenant = commands[start].tenant_id.clone();
+        let limits = quotas.limits(&tenant);
         // A ScheduleTimers is decided whole: should one of its timers be past a quota, the
         // tenant's state goes back to what it was before the message, and every timer of it
         // is refused for that quota.
-        let tenant = commands[start].tenant_id.clone();
-        let limits = quotas.limits(&tenant);
-        let before = (stored.get(&tenant).cloned(), counted.get(&tenant).cloned());
+        let before = (end - start > 1)
+            .then(|| (stored.get(&tenant).cloned(), counted.get(&tenant).cloned()));
         let mut first_refusal = None;
         for (i, command) in commands.iter().enumerate().take(end).skip(start) {
             let outcome = decide_one(
@@ -158,16 +140,20 @@ pub fn decide_batch(
                 recorded,
                 now_ms,
             );
-            if first_refusal.is_none() {
-                first_refusal = outcome;
+            match (&before, outcome) {
+                (None, Some(exceeded)) => refused.push((i, exceeded)),
+                (Some(_), Some(exceeded)) => {
+                    first_refusal.get_or_insert(exceeded);
+                }
+                _ => {}
             }
         }
-        if let Some(exceeded) = first_refusal {
-            match before.0 {
+        if let (Some((quota, pending)), Some(exceeded)) = (before, first_refusal) {
+            match quota {
                 Some(quota) => stored.insert(tenant.clone(), quota),
                 None => stored.remove(&tenant),
             };
-            if let Some(pending) = before.1 {
+            if let Some(pending) = pending {
                 counted.insert(tenant, pending);
             }
             refused.extend((start..end).map(|i| (i, exceeded)));
