@@ -1,7 +1,8 @@
 //! `ScheduleTimers` (docs/CONTRACT.md §3): many timers in one message. Each of its timers fires
 //! once and on time, the message is acknowledged once all of them are stored, a bad timer
-//! rejects the whole message with its position and stores none of it, a quota refuses the
-//! message whole, and a daemon killed while it takes in a backlog of them loses none.
+//! rejects the whole message with its position and stores none of it, a timer the database
+//! refuses is rejected alone, a quota refuses the message whole, and a daemon killed while it
+//! takes in a backlog of them loses none.
 
 mod common;
 
@@ -352,6 +353,57 @@ async fn a_daemon_killed_while_it_takes_in_schedule_timers_loses_none() {
     client
         .await_all_fired("acme", &ids, Duration::from_secs(60))
         .await;
+    process.signal(libc::SIGTERM);
+    assert!(process.wait_exit(Duration::from_secs(10)).await.success());
+}
+
+/// A timer the database refuses (the test's database refuses one correlation id that
+/// validation accepts) is rejected alone, naming its position; the message's other timers are
+/// stored and fire, and the message is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_the_database_refuses_is_rejected_alone_and_the_rest_stored() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    common::database::poison(&scratch.database()).await;
+    let client = TestClient::connect(&server).await;
+    let process = DaemonProcess::start(&server, &scratch);
+    client.wait_for_command_stream().await;
+
+    let due = common::millis(Utc::now() + chrono::Duration::seconds(2));
+    let mut timers: Vec<Value> = (0..20).map(|i| timer(&format!("p-{i}"), due)).collect();
+    timers[7]["correlationId"] = json!("poison");
+    publish(
+        &client,
+        "acme",
+        &schedule_timers_command("acme", timers, None),
+    )
+    .await;
+    let stored: Vec<String> = (0..20)
+        .filter(|&i| i != 7)
+        .map(|i| format!("p-{i}"))
+        .collect();
+    client
+        .await_all_fired("acme", &stored, Duration::from_secs(20))
+        .await;
+    client.await_commands_applied(Duration::from_secs(10)).await;
+    let refused = client
+        .await_events("timer.evt.rejected.acme", 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(refused.len(), 1, "one timer refused");
+    let reason = refused[0].envelope["payload"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("timers[7]: refused by the database:"),
+        "{reason}"
+    );
+    assert!(
+        refused[0]
+            .msg_id
+            .as_deref()
+            .is_some_and(|id| id.ends_with("-7")),
+        "{:?}",
+        refused[0].msg_id
+    );
+    assert!(!client.fired_ids("acme").await.contains("p-7"));
     process.signal(libc::SIGTERM);
     assert!(process.wait_exit(Duration::from_secs(10)).await.success());
 }
