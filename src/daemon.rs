@@ -185,6 +185,7 @@ impl Daemon {
                 batch_size: config.batch_size,
                 limits: config.command_limits(),
                 quotas: quotas_in_force,
+                commits_in_flight: database.command_connections(),
             }),
             // After the CommandHandler, so it stops first.
             ChildSpec::of::<Sweeper>(SweeperArgs {

@@ -31,8 +31,8 @@ mod rejection;
 mod split;
 mod storing;
 use intake::{Epochs, handle_batch};
+pub use pipeline::GROUP_MAX;
 use pipeline::Pipeline;
-pub use pipeline::{GROUP_MAX, STORE_PIPELINE_DEPTH};
 pub use quota::QuotaHandle;
 
 /// How long one pull waits for commands before the actor looks at its mailbox again; also the
@@ -60,6 +60,8 @@ pub struct CommandHandlerArgs {
     pub limits: CommandLimits,
     /// The per-tenant quotas in force.
     pub quotas: QuotaHandle,
+    /// Transactions of commands committed at once (`DatabaseTarget::command_connections`).
+    pub commits_in_flight: usize,
 }
 
 pub struct CommandHandlerState {
@@ -89,11 +91,12 @@ impl Actor for CommandHandler {
         _myself: ActorRef<Self::Msg>,
         args: CommandHandlerArgs,
     ) -> Result<CommandHandlerState, ActorProcessingErr> {
+        let pipeline = Pipeline::new(args.commits_in_flight);
         Ok(CommandHandlerState {
             source: args.source.create(),
             args: Arc::new(args),
             failed_pulls: Retries::default(),
-            pipeline: Pipeline::default(),
+            pipeline,
             epochs: Epochs::new(),
         })
     }

@@ -1,8 +1,9 @@
-//! The storing pipeline: accepted commands are gathered while a transaction is under way
-//! ([`STORE_PIPELINE_DEPTH`]), up to [`GROUP_MAX`], and handed to Persistence together as the
-//! next one (`storing`), so under load a commit carries thousands whatever `batch_size` is.
-//! The outcomes of finished transactions decide the backoff: while the database fails, one
-//! batch at a time probes it until one is stored.
+//! The storing pipeline: accepted commands are gathered while transactions are under way (as
+//! many at once as the database commits side by side: `commits_in_flight`), up to
+//! [`GROUP_MAX`], and handed to Persistence together as the next one (`storing`), so under load
+//! a commit carries thousands whatever `batch_size` is. The outcomes of finished transactions
+//! decide the backoff: while the database fails, one batch at a time probes it until one is
+//! stored.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,24 +16,28 @@ use super::CommandHandlerArgs;
 use super::storing::{Accepted, Stored, store};
 use crate::backoff::Retries;
 
-/// Transactions handed to Persistence and not yet acknowledged, at most. One: the writer runs
-/// them one after another anyway, and everything that arrives while one commits joins the
-/// next, so a commit carries several commands and leaves the Poller's claims less to queue
-/// behind.
-pub const STORE_PIPELINE_DEPTH: usize = 1;
 /// Most commands gathered into one transaction while others are under way (with the
-/// transactions in flight, well under the consumer's 10,000 unacknowledged commands).
+/// transactions in flight, about the consumer's 10,000 unacknowledged commands at most: past
+/// them the broker sends no more until a commit is acknowledged).
 pub const GROUP_MAX: usize = 4_000;
 /// Least time between the starts of two commits while commands keep arriving: commits of two
 /// or three commands each kept Persistence busy and delayed the Poller's claims; gathered for
 /// this long, they share one fsync. A command arriving after a quiet spell is committed at once.
 const COMMIT_SPACING: Duration = Duration::from_millis(5);
 
-#[derive(Default)]
 pub(super) struct Pipeline {
+    /// Transactions handed to Persistence and not yet acknowledged, at most: as many as the
+    /// database commits side by side (`DatabaseTarget::command_connections`; one on SQLite,
+    /// whose single writer runs them one after another anyway). Everything that arrives while
+    /// they commit joins the next, so a commit carries many commands and leaves the Poller's
+    /// claims less to queue behind.
+    depth: usize,
     /// Accepted commands waiting for room, to be stored together as the next transaction.
     gathered: Vec<Accepted>,
-    /// Transactions being committed and acknowledged, oldest first.
+    /// Transactions being committed and acknowledged, oldest first. Two side by side may
+    /// write one key: they lock their rows in key order (`storage::commands`), so the second
+    /// waits for the first's commit, and the rules table settles the key by the commands'
+    /// sequences whichever commits first (docs/CONTRACT.md §3).
     storing: VecDeque<JoinHandle<Stored>>,
     /// When the last transaction was handed to Persistence (see [`COMMIT_SPACING`]).
     last_commit: Option<tokio::time::Instant>,
@@ -46,6 +51,18 @@ pub(super) struct Pipeline {
 }
 
 impl Pipeline {
+    pub fn new(depth: usize) -> Self {
+        Self {
+            depth: depth.max(1),
+            gathered: Vec::new(),
+            storing: VecDeque::new(),
+            last_commit: None,
+            failed_stores: Retries::default(),
+            stored_any: false,
+            store_failure: None,
+        }
+    }
+
     /// The commands accepted and not yet handed to Persistence.
     pub fn gathered(&self) -> &[Accepted] {
         &self.gathered
@@ -88,7 +105,12 @@ impl Pipeline {
                 None => break,
             }
         }
-        if self.gathered.is_empty() || self.storing.len() >= STORE_PIPELINE_DEPTH {
+        // While the database fails, one batch at a time probes it.
+        let depth = match self.failed_stores.failures() {
+            0 => self.depth,
+            _ => 1,
+        };
+        if self.gathered.is_empty() || self.storing.len() >= depth {
             return;
         }
         let now = tokio::time::Instant::now();

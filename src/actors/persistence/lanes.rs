@@ -5,7 +5,9 @@
 //!   commits, retention) and `reader` (`read_connections` connections, beside the writer in
 //!   WAL mode: API reads and counts).
 //! - PostgreSQL: `firing` (claims and marks on a connection of their own, never behind a
-//!   command commit's fsync), `writer` (the probe, commands, retention) and `reader`.
+//!   command commit's fsync), `writer` (the probe, commands, retention, on
+//!   [`DatabaseTarget::command_connections`] connections: two commits side by side) and
+//!   `reader`.
 //!
 //! Within a lane, a class of higher [`Rank`] goes first; reads take turns by tenant
 //! ([`Turns`]), and a tenant's reads run on one connection at a time: its flood of reads
@@ -44,7 +46,7 @@ pub fn layout(database: &DatabaseTarget, read_connections: usize) -> Vec<LaneSpe
     let writer = |ranks: Vec<Rank>| LaneSpec {
         name: "writer",
         ranks,
-        connections: 1,
+        connections: database.command_connections(),
         reader: false,
     };
     match database.firing_connection() {
@@ -94,7 +96,7 @@ pub(super) struct Lane {
 struct LaneQueue {
     ranks: Vec<(Rank, Turns<Queued>)>,
     len: usize,
-    /// Keys with an operation running: their next waits.
+    /// Read keys with an operation running: their next waits.
     running: HashSet<(Rank, String)>,
 }
 
@@ -118,16 +120,22 @@ impl LaneQueue {
         Ok(())
     }
 
-    /// The next operation of the highest rank whose key has none running; its key now runs.
+    /// The next operation of the highest rank, of a key with none running where it reads;
+    /// its key now runs. Only reads wait for their key: a tenant's flood of reads takes one
+    /// connection. Operations of the other ranks run side by side on the connections their
+    /// lane has (PostgreSQL's writer: two commits of commands at once).
     fn pop(&mut self) -> Option<(Queued, (Rank, String))> {
         let running = &self.running;
         let (rank, key, queued) = self.ranks.iter_mut().find_map(|(rank, turns)| {
-            let (key, queued) =
-                turns.pop_eligible(|key| !running.contains(&(*rank, key.to_owned())))?;
+            let (key, queued) = turns.pop_eligible(|key| {
+                *rank != Rank::Read || !running.contains(&(*rank, key.to_owned()))
+            })?;
             Some((*rank, key, queued))
         })?;
         self.len -= 1;
-        self.running.insert((rank, key.clone()));
+        if rank == Rank::Read {
+            self.running.insert((rank, key.clone()));
+        }
         Some((queued, (rank, key)))
     }
 
@@ -331,6 +339,23 @@ mod tests {
         let firing = Lane::new(lanes[0].clone());
         assert!(firing.serves(&Class::Firing) && !firing.serves(&Class::Commands));
         assert_eq!(lanes[2].connections, 1, "at least one reader");
+    }
+
+    #[test]
+    fn postgres_commits_commands_on_two_connections_side_by_side() {
+        let url = "postgres://x@h/db".to_owned();
+        let writer = layout(&DatabaseTarget::Postgres { url }, 1)[1].clone();
+        assert_eq!((writer.name, writer.connections), ("writer", 2));
+        let lane = Lane::new(writer);
+        lane.submit(operation("apply-1", Class::Commands));
+        lane.submit(operation("apply-2", Class::Commands));
+        let (first, _) = lane.lock().pop().unwrap();
+        let (second, _) = lane.lock().pop().unwrap();
+        assert_eq!(
+            (first.operation.name, second.operation.name),
+            ("apply-1", "apply-2"),
+            "taken in order, the second while the first runs"
+        );
     }
 
     #[tokio::test]

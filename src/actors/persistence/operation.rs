@@ -18,9 +18,10 @@ pub enum Class {
     /// The health probe: readiness waits on it.
     Probe,
     /// Command commits, the API's cancel, the steps of a CancelTimers (a command's work, which
-    /// another tenant's burst of commits must not hold back), stream epochs, and the pending
-    /// counts of the quotas, which must see every commit handed over before them: first in,
-    /// first out.
+    /// another tenant's burst of commits must not hold back) and stream epochs: taken first in,
+    /// first out, and run side by side where the lane has several connections (PostgreSQL),
+    /// which the rules table allows (a key's commands settle by their sequence, whichever
+    /// commits first).
     Commands,
     /// Retention deletes and the WAL catch-up: whenever nothing else waits.
     Background,

@@ -1,0 +1,130 @@
+//! Commits of commands side by side (PostgreSQL commits two at once, `DatabaseTarget::
+//! command_connections`): a backlog in which every key has several commands, spread over
+//! transactions that are in flight at the same time, ends with each key as the last of its
+//! commands in the stream left it (the rules table, docs/CONTRACT.md §3), and no commit fails
+//! beside another (a deadlock between two would be handed back and logged). Which of two
+//! commits of one key locks its row first is the server's choice, so this does not force the
+//! later one first: that a key ends the same in either order is the rules table's own test
+//! (`sql_follows_the_rules_table` in `tests/storage.rs`, commands in any order of sequence).
+//! On SQLite the same backlog is committed one transaction at a time, and must end the same.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::{
+    DaemonProcess, NatsServer, Scratch, TestClient, cancel_command, eventually, query_rows,
+    rfc3339, schedule_timers_command,
+};
+use serde_json::{Value, json};
+
+const KEYS: usize = 6_000;
+const PER_MESSAGE: usize = 500;
+
+fn key(i: usize) -> String {
+    format!("k-{i:05}")
+}
+
+/// ScheduleTimers of `tenant` for `keys`, due at `due`, in messages of [`PER_MESSAGE`].
+async fn schedule_all(client: &TestClient, keys: &[usize], due: DateTime<Utc>) {
+    for chunk in keys.chunks(PER_MESSAGE) {
+        let timers: Vec<Value> = chunk
+            .iter()
+            .map(|&i| json!({ "serviceCallId": key(i), "dueAt": rfc3339(due) }))
+            .collect();
+        let message = schedule_timers_command("acme", timers, None);
+        client
+            .publish_raw(
+                "timer.cmd.schedule-many.acme",
+                serde_json::to_vec(&message).unwrap(),
+            )
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_commands_committed_side_by_side_leave_it_as_the_stream_orders() {
+    let server = NatsServer::start();
+    let scratch = Scratch::new();
+    let client = TestClient::connect(&server).await;
+    // The stream first, then the backlog, then the daemon: it pulls the backlog in groups of
+    // thousands, each key's commands in several of them.
+    let first = DaemonProcess::start(&server, &scratch);
+    client.wait_for_command_stream().await;
+    drop(first);
+
+    let now = common::millis(Utc::now());
+    let (d1, d2, d3) = (
+        now + chrono::Duration::hours(1),
+        now + chrono::Duration::hours(2),
+        now + chrono::Duration::hours(3),
+    );
+    let all: Vec<usize> = (0..KEYS).collect();
+    schedule_all(&client, &all, d1).await;
+    schedule_all(&client, &all, d2).await;
+    for i in (1..KEYS).step_by(2) {
+        let cancel = cancel_command("acme", &key(i));
+        client
+            .publish_raw(
+                "timer.cmd.cancel.acme",
+                serde_json::to_vec(&cancel).unwrap(),
+            )
+            .await;
+    }
+    let again: Vec<usize> = (1..KEYS).step_by(4).collect();
+    schedule_all(&client, &again, d3).await;
+
+    let process = DaemonProcess::start(&server, &scratch);
+    eventually(
+        Duration::from_secs(60),
+        "every command of the backlog handled",
+        || async { (client.commands_outstanding().await == 0).then_some(()) },
+    )
+    .await;
+
+    let rows: HashMap<String, (String, String)> = query_rows(
+        &scratch.database(),
+        "SELECT service_call_id, state, due_at FROM timer_schedules WHERE tenant_id = 'acme'",
+        |row| {
+            let id: String = row.try_get_by_index(0).expect("id");
+            let state: String = row.try_get_by_index(1).expect("state");
+            let due: String = row.try_get_by_index(2).expect("due_at");
+            (id, (state, due))
+        },
+    )
+    .await
+    .into_iter()
+    .collect();
+    assert_eq!(rows.len(), KEYS, "one row per key");
+    let stored_due = |due: DateTime<Utc>| timer_service::domain::timestamp::format_utc(due);
+    let mut wrong = Vec::new();
+    for i in 0..KEYS {
+        let expected = match i % 4 {
+            0 | 2 => ("Scheduled", stored_due(d2)),
+            1 => ("Scheduled", stored_due(d3)),
+            _ => ("Cancelled", stored_due(d2)),
+        };
+        let (state, due) = &rows[&key(i)];
+        if (state.as_str(), due) != (expected.0, &expected.1) {
+            wrong.push(format!("{}: {state} {due}, expected {expected:?}", key(i)));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} keys not as the stream left them, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+
+    let log = std::fs::read_to_string(&process.log).unwrap_or_default();
+    let failed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("commands not stored") || l.contains("deadlock"))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "a commit failed beside another: {failed:?}"
+    );
+}
