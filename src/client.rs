@@ -14,7 +14,8 @@ use crate::domain::api::{TimerView, Verb};
 use crate::domain::command::{
     cancel_timer_command, generated_correlation_id, schedule_timer_command,
 };
-use crate::domain::{ScheduleTimerPayload, Subjects};
+use crate::domain::schedule_many::{MAX_TIMERS, schedule_timers_command};
+use crate::domain::{ScheduleTimerPayload, ScheduleTimersPayload, Subjects, TimerSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -118,6 +119,35 @@ impl TimerClient {
     pub async fn schedule_timer(&self, payload: ScheduleTimerPayload) -> Result<u64, ClientError> {
         let subject = self.subjects.schedule(&payload.tenant_id);
         let command = schedule_timer_command(payload, Utc::now());
+        self.publish(subject, &command).await
+    }
+
+    /// Publishes a `ScheduleTimers`: `timers` of one tenant in one message (1 to 1,000, each key
+    /// once, the message within `max_command_bytes`; docs/CONTRACT.md §3); returns its stream
+    /// sequence once the broker stored it. The service checks the message whole: one bad timer
+    /// rejects all of it, with the timer's position in the reason. A count out of range is
+    /// refused here, before anything is published.
+    pub async fn schedule_timers(
+        &self,
+        tenant_id: &str,
+        timers: Vec<TimerSpec>,
+        correlation_id: Option<&str>,
+    ) -> Result<u64, ClientError> {
+        let subject = self.subjects.schedule_many(tenant_id);
+        if timers.is_empty() || timers.len() > MAX_TIMERS {
+            return Err(ClientError::Publish {
+                subject,
+                message: format!(
+                    "{} timers: a ScheduleTimers holds 1 to {MAX_TIMERS}",
+                    timers.len()
+                ),
+            });
+        }
+        let payload = ScheduleTimersPayload {
+            tenant_id: tenant_id.to_owned(),
+            timers,
+        };
+        let command = schedule_timers_command(payload, correlation_id, Utc::now());
         self.publish(subject, &command).await
     }
 

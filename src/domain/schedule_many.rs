@@ -10,11 +10,13 @@
 
 use std::collections::HashSet;
 
+use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::command::{Arrival, CommandLimits, correlation_id, schedule_action};
 use super::data::TimerData;
+use super::envelope::MessageEnvelope;
 use super::ids::check_service_call_id;
 use super::schema_types;
 use super::timer::Command;
@@ -68,6 +70,19 @@ impl TimerSpec {
             expire_after: None,
         }
     }
+}
+
+/// A `ScheduleTimers` as a client sends it (`client::TimerClient::schedule_timers`), stamped
+/// `now`, with the envelope's correlation id (each timer without its own takes it).
+pub fn schedule_timers_command(
+    payload: ScheduleTimersPayload,
+    correlation_id: Option<&str>,
+    now: DateTime<Utc>,
+) -> MessageEnvelope<ScheduleTimersPayload> {
+    let tenant_id = payload.tenant_id.clone();
+    let mut envelope = MessageEnvelope::new(SCHEDULE_TIMERS, &tenant_id, now, payload);
+    envelope.correlation_id = correlation_id.map(str::to_owned);
+    envelope
 }
 
 /// The commands of a `ScheduleTimers` whose tenant has been checked against its subject and
