@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{median, show};
+use super::{cpu, median, show};
 use crate::sections::PEERS;
 use crate::world::STORES;
 use crate::{Args, Figures};
@@ -179,6 +179,7 @@ pub(super) fn peers(r: &mut String, args: &Args, f: &Figures) {
             }
         }
     }
+    cores(r, args, f);
     let _ = writeln!(
         r,
         "\nTimers not received / received early in the lateness runs:\n"
@@ -202,6 +203,31 @@ pub(super) fn peers(r: &mut String, args: &Args, f: &Figures) {
                     show(f, &format!("{key}.missing"), 0),
                     show(f, &format!("{key}.early"), 0)
                 );
+            }
+        }
+    }
+}
+
+/// Where the time of each of ours' ingests and fires went: the cores each process used over
+/// the run (medians), the daemon, the broker and, on PostgreSQL, the server's backends.
+fn cores(r: &mut String, args: &Args, f: &Figures) {
+    let _ = writeln!(
+        r,
+        "\nCores used by each process while the daemon took in or fired the timers (medians):\n"
+    );
+    for (tag, label) in STORES {
+        for n in &args.peers_n {
+            for what in [
+                "ingest.backlog",
+                "ingest.live",
+                "ingest.backlog-many",
+                "ingest.live-many",
+                "fire",
+            ] {
+                let key = format!("peers.{what}.{n}.{tag}");
+                if f.cpu.contains_key(&key) {
+                    let _ = writeln!(r, "- {label}, {what} {n}: {}", cpu(f, &key));
+                }
             }
         }
     }
