@@ -25,6 +25,7 @@ pub const GROUP_MAX: usize = 4_000;
 /// this long, they share one fsync. A command arriving after a quiet spell is committed at once.
 const COMMIT_SPACING: Duration = Duration::from_millis(5);
 
+#[derive(Default)]
 pub(super) struct Pipeline {
     /// Transactions handed to Persistence and not yet acknowledged, at most: as many as the
     /// database commits side by side (`DatabaseTarget::command_connections`; one on SQLite,
@@ -54,12 +55,7 @@ impl Pipeline {
     pub fn new(depth: usize) -> Self {
         Self {
             depth: depth.max(1),
-            gathered: Vec::new(),
-            storing: VecDeque::new(),
-            last_commit: None,
-            failed_stores: Retries::default(),
-            stored_any: false,
-            store_failure: None,
+            ..Self::default()
         }
     }
 
