@@ -7,6 +7,8 @@
 //! later one first: that a key ends the same in either order is the rules table's own test
 //! (`sql_follows_the_rules_table` in `tests/storage.rs`, commands in any order of sequence).
 //! On SQLite the same backlog is committed one transaction at a time, and must end the same.
+//! On PostgreSQL, a lane's transactions following one another as fast as they can keep to the
+//! lane's one connection, as docs/operations.md counts them.
 
 mod common;
 
@@ -16,9 +18,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::{
     DaemonProcess, NatsServer, Scratch, TestClient, cancel_command, eventually, query_rows,
-    rfc3339, schedule_timers_command,
+    rfc3339, schedule_at, schedule_timers_command,
 };
 use serde_json::{Value, json};
+use timer_service::config::PostgresSettings;
+use timer_service::domain::Command;
+use timer_service::storage::Store;
+use timer_service::storage::db::migrate;
 
 const KEYS: usize = 6_000;
 const PER_MESSAGE: usize = 500;
@@ -126,5 +132,41 @@ async fn a_keys_commands_committed_side_by_side_leave_it_as_the_stream_orders() 
     assert!(
         failed.is_empty(),
         "a commit failed beside another: {failed:?}"
+    );
+}
+
+/// A lane's store is one connection on PostgreSQL (`Store::open_connection`), however fast its
+/// transactions follow one another: docs/operations.md counts a daemon's connections by its
+/// lanes. With a pool of two, a transaction begun right after a commit opened a second
+/// connection while sqlx was still pinging the first back into the pool, and a daemon working
+/// off a backlog held seven connections instead of five.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lanes_store_is_one_connection_however_fast_its_transactions_follow() {
+    let Some(scratch) = Scratch::postgres_only("a lane's connections") else {
+        return;
+    };
+    let database = scratch.database();
+    migrate(&database).await.expect("migrate");
+    let store = Store::open_connection(&database, &PostgresSettings::default())
+        .await
+        .expect("open a lane's store");
+    let due = Utc::now() + chrono::Duration::hours(1);
+    for i in 0..200u64 {
+        let commands: Vec<Command> = (0..2)
+            .map(|k| schedule_at("acme", &format!("k-{i}-{k}"), 2 * i + k + 1, due))
+            .collect();
+        store.apply(&commands).await.expect("apply");
+    }
+    let sessions = query_rows(
+        &database,
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        |row| row.try_get_by_index::<i64>(0).expect("count"),
+    )
+    .await;
+    assert_eq!(
+        sessions,
+        [1],
+        "a lane's store opened more than one connection"
     );
 }

@@ -146,15 +146,26 @@ pub struct Store {
 impl Store {
     /// Opens the existing database. The schema must already be migrated.
     pub async fn open(target: &DatabaseTarget) -> Result<Self, StoreError> {
-        Self::open_with(target, &PostgresSettings::default()).await
+        Self::open_pool(target, &PostgresSettings::default(), Postgres::POOL).await
     }
 
-    /// Opens the existing database with the given PostgreSQL limits (unused on SQLite).
-    pub async fn open_with(
+    /// Opens the existing database on one connection, with the given PostgreSQL limits (unused
+    /// on SQLite): a lane's connection, which runs one operation at a time. A pool of two let
+    /// a transaction begun right after a commit open a second connection while the first was
+    /// still being handed back, and a daemon held more connections than it accounts for.
+    pub async fn open_connection(
         target: &DatabaseTarget,
         postgres: &PostgresSettings,
     ) -> Result<Self, StoreError> {
-        let (db, backend) = open_backend(target, postgres).await?;
+        Self::open_pool(target, postgres, 1).await
+    }
+
+    async fn open_pool(
+        target: &DatabaseTarget,
+        postgres: &PostgresSettings,
+        pool: u32,
+    ) -> Result<Self, StoreError> {
+        let (db, backend) = open_backend(target, postgres, pool).await?;
         Ok(Self {
             db,
             backend,
@@ -386,10 +397,12 @@ impl Store {
     }
 }
 
-/// Opens the existing database at `target` and the backend that goes with it.
+/// Opens the existing database at `target` (on PostgreSQL, a pool of at most `pool`
+/// connections) and the backend that goes with it.
 async fn open_backend(
     target: &DatabaseTarget,
     postgres: &PostgresSettings,
+    pool: u32,
 ) -> Result<(DatabaseConnection, Arc<dyn Backend>), StoreError> {
     match target {
         DatabaseTarget::Sqlite { path, settings } => {
@@ -398,7 +411,7 @@ async fn open_backend(
             Ok((db, Arc::new(backend)))
         }
         DatabaseTarget::Postgres { .. } => {
-            let db = connect_with(target, Postgres::POOL, postgres).await?;
+            let db = connect_with(target, pool, postgres).await?;
             Ok((db, Arc::new(Postgres)))
         }
     }

@@ -153,7 +153,7 @@ impl Worker {
             let opened = if self.reader {
                 Store::open_reader(database, postgres).await
             } else {
-                Store::open_with(database, postgres).await
+                Store::open_connection(database, postgres).await
             };
             let store = opened.map_err(|e| {
                 let e = StoreError::Unavailable(e.to_string());

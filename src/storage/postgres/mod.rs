@@ -52,7 +52,8 @@ const SERVER_TIME_BEFORE: &str =
 pub(crate) struct Postgres;
 
 impl Postgres {
-    /// Connections a store holds; its actor runs one transaction at a time.
+    /// Connections a store opened by `Store::open` holds (a command of the CLI, a test); a
+    /// daemon's lanes open one each (`Store::open_connection`).
     pub(crate) const POOL: u32 = 2;
 }
 
