@@ -342,13 +342,16 @@ impl CancelOutcome {
 /// Splits a batch into rounds with at most one command per key, each key's commands in stream
 /// order across the rounds: applying round after round is applying every command in order,
 /// while each round stays one multi-row statement (which no SQL backend lets touch a row twice).
-/// Nearly every batch is a single round.
-pub fn rounds(mut commands: Vec<Command>) -> Vec<Vec<Command>> {
+/// Nearly every batch is a single round. The rounds borrow the commands: a commit's thousands
+/// are not copied to be split.
+pub fn rounds(commands: &[Command]) -> Vec<Vec<&Command>> {
+    let mut commands: Vec<&Command> = commands.iter().collect();
     commands.sort_by_key(|c| c.seq);
-    let mut seen: HashMap<TimerKey, usize> = HashMap::with_capacity(commands.len());
-    let mut rounds: Vec<Vec<Command>> = Vec::new();
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::with_capacity(commands.len());
+    let mut rounds: Vec<Vec<&Command>> = Vec::new();
     for command in commands {
-        let round = seen.entry(command.key()).or_insert(0);
+        let key = (command.tenant_id.as_str(), command.service_call_id.as_str());
+        let round = seen.entry(key).or_insert(0);
         if rounds.len() <= *round {
             rounds.push(Vec::new());
         }

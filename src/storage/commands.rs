@@ -42,13 +42,15 @@ pub(super) async fn apply(
     let limited = limited_tenants(quotas, commands);
     store
         .durable(async {
-            // With a quota configured, every batch reads the refusals recorded for its
-            // commands (`quotas::admit`), even one of tenants without limits.
-            if quotas.is_unlimited() {
-                let rounds = rounds(commands.to_vec());
-                if store.backend.statement_is_transaction()
-                    && rounds.len() == 1
-                    && rounds[0].len() <= ROWS_PER_STATEMENT
+            // With no quota configured, nothing can be refused: the rounds are split once,
+            // before the transaction. With one, every batch reads the refusals recorded for
+            // its commands (`quotas::admit`), even one of tenants without limits.
+            let unrefused = quotas.is_unlimited().then(|| rounds(commands));
+            let unrefused = match unrefused {
+                Some(rounds)
+                    if store.backend.statement_is_transaction()
+                        && rounds.len() == 1
+                        && rounds[0].len() <= ROWS_PER_STATEMENT =>
                 {
                     // No BEGIN and COMMIT round trips for the few commands of a commit at a
                     // steady rate.
@@ -58,7 +60,8 @@ pub(super) async fn apply(
                         refused: Vec::new(),
                     });
                 }
-            }
+                other => other,
+            };
             let txn = store.db.begin().await?;
             let now = store.now(DateTime::from_timestamp_millis(now_ms).unwrap_or_default());
             let refused = quotas::admit(
@@ -70,18 +73,21 @@ pub(super) async fn apply(
                 now,
             )
             .await?;
-            let accepted: Vec<Command> = if refused.is_empty() {
-                commands.to_vec()
-            } else {
-                let mut refused_at = refused.iter().map(|(i, _)| *i).peekable();
-                commands
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| refused_at.next_if_eq(i).is_none())
-                    .map(|(_, c)| c.clone())
-                    .collect()
+            let accepted: Vec<Command>;
+            let rounds = match unrefused {
+                Some(rounds) if refused.is_empty() => rounds,
+                _ => {
+                    let mut refused_at = refused.iter().map(|(i, _)| *i).peekable();
+                    accepted = commands
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| refused_at.next_if_eq(i).is_none())
+                        .map(|(_, c)| c.clone())
+                        .collect();
+                    rounds(&accepted)
+                }
             };
-            let written = apply_in(&txn, rounds(accepted)).await?;
+            let written = apply_in(&txn, rounds).await?;
             txn.commit().await?;
             Ok(Applied { written, refused })
         })
@@ -162,7 +168,7 @@ pub(super) async fn cancel(
             let txn = store.db.begin().await?;
             // Locks the row on backends that can, so the outcome read is the cancel's own.
             find_one(&txn, &command.tenant_id, &command.service_call_id, true).await?;
-            apply_in(&txn, rounds(vec![command.clone()])).await?;
+            apply_in(&txn, rounds(std::slice::from_ref(command))).await?;
             let after = find_one(&txn, &command.tenant_id, &command.service_call_id, false)
                 .await?
                 .map(from_model)
@@ -177,7 +183,7 @@ pub(super) async fn cancel(
 /// rounds in stream order), one multi-row upsert per round and per [`ROWS_PER_STATEMENT`]
 /// (`upsert`: its conflict clause is the rules table of docs/CONTRACT.md §3), inside a
 /// transaction or, when that is one statement, on its own.
-async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<Command>>) -> Result<u64, DbErr> {
+async fn apply_in(db: &impl ConnectionTrait, rounds: Vec<Vec<&Command>>) -> Result<u64, DbErr> {
     let backend = db.get_database_backend();
     let mut written = 0;
     for mut round in rounds {

@@ -44,12 +44,13 @@ fn apply(row: Option<Timer>, command: &Command) -> Option<Timer> {
 
 #[test]
 fn rounds_keep_each_keys_commands_in_order_one_per_round() {
-    let out = rounds(vec![
+    let commands = [
         schedule("a", 3, 30),
         schedule("a", 1, 10),
         schedule("b", 2, 20),
         cancel("a", 5),
-    ]);
+    ];
+    let out = rounds(&commands);
     let seqs: Vec<Vec<u64>> = out
         .iter()
         .map(|r| r.iter().map(|c| c.seq).collect())
