@@ -31,7 +31,5 @@ pub use events::{DueTimeReached, TimerCommandRejected, TimerExpired};
 pub use order::{StreamIncarnation, command_order};
 pub use schedule_many::{ScheduleTimersPayload, TimerSpec};
 pub use subjects::{CommandKind, Subjects};
-pub use timer::{
-    Action, CancelOutcome, Command, DuePosition, DueTimer, Timer, TimerKey, TimerState,
-};
+pub use timer::{Action, CancelOutcome, Command, DuePosition, DueTimer, Timer, TimerState};
 pub use trace::TraceContext;

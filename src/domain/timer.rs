@@ -81,13 +81,6 @@ impl FromStr for TimerState {
     }
 }
 
-/// The identity of a timer: one timer per `(tenantId, serviceCallId)`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TimerKey {
-    pub tenant_id: String,
-    pub service_call_id: String,
-}
-
 /// A place in firing order: timers fire by `dueAt`, ties broken by tenant then service call.
 /// The Poller reads due timers after the last one it has in flight.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -121,15 +114,6 @@ pub struct Timer {
     pub expires_at: Option<DateTime<Utc>>,
     /// The W3C trace context the ScheduleTimer that scheduled it last carried, if any.
     pub trace: Option<TraceContext>,
-}
-
-impl Timer {
-    pub fn key(&self) -> TimerKey {
-        TimerKey {
-            tenant_id: self.tenant_id.clone(),
-            service_call_id: self.service_call_id.clone(),
-        }
-    }
 }
 
 /// What the Poller needs of a due timer to publish its `DueTimeReached` and mark it.
@@ -194,13 +178,6 @@ pub struct Command {
 }
 
 impl Command {
-    pub fn key(&self) -> TimerKey {
-        TimerKey {
-            tenant_id: self.tenant_id.clone(),
-            service_call_id: self.service_call_id.clone(),
-        }
-    }
-
     /// The row this command creates when its key has none.
     pub fn new_row(&self) -> Timer {
         let (due_at, state, cancelled_at, cancelled_seq, data, expires_at) = match &self.action {
@@ -344,8 +321,8 @@ impl CancelOutcome {
 /// while each round stays one multi-row statement (which no SQL backend lets touch a row twice).
 /// Nearly every batch is a single round. The rounds borrow the commands: a commit's thousands
 /// are not copied to be split.
-pub fn rounds(commands: &[Command]) -> Vec<Vec<&Command>> {
-    let mut commands: Vec<&Command> = commands.iter().collect();
+pub fn rounds<'a>(commands: impl IntoIterator<Item = &'a Command>) -> Vec<Vec<&'a Command>> {
+    let mut commands: Vec<&Command> = commands.into_iter().collect();
     commands.sort_by_key(|c| c.seq);
     let mut seen: HashMap<(&str, &str), usize> = HashMap::with_capacity(commands.len());
     let mut rounds: Vec<Vec<&Command>> = Vec::new();

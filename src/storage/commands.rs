@@ -73,18 +73,17 @@ pub(super) async fn apply(
                 now,
             )
             .await?;
-            let accepted: Vec<Command>;
             let rounds = match unrefused {
                 Some(rounds) if refused.is_empty() => rounds,
                 _ => {
                     let mut refused_at = refused.iter().map(|(i, _)| *i).peekable();
-                    accepted = commands
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| refused_at.next_if_eq(i).is_none())
-                        .map(|(_, c)| c.clone())
-                        .collect();
-                    rounds(&accepted)
+                    rounds(
+                        commands
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| refused_at.next_if_eq(i).is_none())
+                            .map(|(_, c)| c),
+                    )
                 }
             };
             let written = apply_in(&txn, rounds).await?;
@@ -168,7 +167,7 @@ pub(super) async fn cancel(
             let txn = store.db.begin().await?;
             // Locks the row on backends that can, so the outcome read is the cancel's own.
             find_one(&txn, &command.tenant_id, &command.service_call_id, true).await?;
-            apply_in(&txn, rounds(std::slice::from_ref(command))).await?;
+            apply_in(&txn, rounds([command])).await?;
             let after = find_one(&txn, &command.tenant_id, &command.service_call_id, false)
                 .await?
                 .map(from_model)

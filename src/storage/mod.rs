@@ -160,6 +160,7 @@ impl Store {
         Self::open_pool(target, postgres, 1).await
     }
 
+    /// Opens the existing database, on PostgreSQL as a pool of at most `pool` connections.
     async fn open_pool(
         target: &DatabaseTarget,
         postgres: &PostgresSettings,

@@ -126,7 +126,7 @@ impl UpsertRow {
 /// The upsert of `round` (at most one command per key, in the order their rows are locked) on
 /// `backend`.
 pub(super) fn statement(backend: DbBackend, round: &[&Command]) -> Statement {
-    let rows = round.iter().map(|command| UpsertRow::of(command));
+    let rows = round.iter().copied().map(UpsertRow::of);
     match backend {
         DbBackend::Postgres => unnest(rows),
         _ => values(backend, rows, round.len()),
