@@ -97,30 +97,6 @@ pub(super) fn from_model(model: entity::Model) -> Result<Timer, StoreError> {
     })
 }
 
-pub(super) fn due_from_model(model: entity::Model) -> Result<DueTimer, StoreError> {
-    let due_at = match model.due_at.as_deref() {
-        Some(text) => parse_stored(text).map_err(|e| e.to_string()),
-        None => Err("a Scheduled row without due_at".to_owned()),
-    }
-    .map_err(|reason| StoreError::CorruptRow {
-        tenant_id: model.tenant_id.clone(),
-        service_call_id: model.service_call_id.clone(),
-        reason,
-    })?;
-    Ok(DueTimer {
-        data: claimed_data_of(&model.tenant_id, &model.service_call_id, model.data),
-        trace: model
-            .trace_context
-            .as_deref()
-            .and_then(TraceContext::decode),
-        expires_at: parse_optional_time("expires_at", model.expires_at)?,
-        tenant_id: model.tenant_id,
-        service_call_id: model.service_call_id,
-        correlation_id: model.correlation_id,
-        due_at,
-    })
-}
-
 /// A claimed row as a claim statement returns it (`RETURNING tenant_id, service_call_id,
 /// correlation_id, due_at, data, trace_context, expires_at`).
 pub(super) fn due_timer(row: &QueryResult) -> Result<DueTimer, StoreError> {
@@ -132,6 +108,11 @@ pub(super) fn due_timer(row: &QueryResult) -> Result<DueTimer, StoreError> {
 pub(super) fn due_timer_of(tenant_id: String, row: &QueryResult) -> Result<DueTimer, StoreError> {
     let due_at: String = row.try_get("", "due_at")?;
     let service_call_id: String = row.try_get("", "service_call_id")?;
+    let due_at = parse_stored(&due_at).map_err(|e| StoreError::CorruptRow {
+        tenant_id: tenant_id.clone(),
+        service_call_id: service_call_id.clone(),
+        reason: format!("due_at {due_at:?}: {e}"),
+    })?;
     let trace: Option<String> = row.try_get("", "trace_context")?;
     let expires_at: Option<String> = row.try_get("", "expires_at")?;
     Ok(DueTimer {
@@ -141,6 +122,6 @@ pub(super) fn due_timer_of(tenant_id: String, row: &QueryResult) -> Result<DueTi
         tenant_id,
         service_call_id,
         correlation_id: row.try_get("", "correlation_id")?,
-        due_at: parse_time("due_at", &due_at)?,
+        due_at,
     })
 }

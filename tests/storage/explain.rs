@@ -20,8 +20,8 @@ pub async fn explain_queries(db: &DatabaseConnection) -> Result<Vec<(String, Str
         tenant_id: String::new(),
         service_call_id: String::new(),
     };
-    let due = due_query(Utc::now(), Some(&after), "me", 100);
-    let mut shapes = vec![("claim due".to_owned(), backend.build(&due))];
+    let due = due_query(backend, Utc::now(), Some(&after), "me", 100);
+    let mut shapes = vec![("claim due".to_owned(), due)];
     // The settings a shape's own transaction runs with, where it has some.
     let mut settings = std::collections::HashMap::new();
     let cursor = ListCursor {

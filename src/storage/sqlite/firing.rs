@@ -4,7 +4,8 @@
 //! - the claim is one `UPDATE … WHERE (key) IN (due_query) RETURNING`: the subquery is
 //!   `storage::firing`'s, a range of the pending index in firing order (its plan is asserted
 //!   in a test); one statement is a transaction of its own, so no BEGIN and COMMIT round trips.
-//!   When the batch is not full, one more index step finds the next `dueAt`.
+//!   When the batch is not full, one more index step finds the next `dueAt`. Both write their
+//!   `LIMIT` into the text (`with_literal_limit`), so that neither is prepared again each time.
 //! - the mark is one `UPDATE … WHERE (tenant, call, due_at) IN (…)` per claim instant and
 //!   [`ROWS_PER_STATEMENT`] keys: a row rescheduled since its claim keeps its new `dueAt`.
 //!
@@ -15,16 +16,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::sea_query::{Expr, ExprTrait, Query};
+use sea_orm::{ConnectionTrait, DbBackend, EntityTrait, Order, QueryFilter, Statement};
 
 use crate::domain::timestamp::format_utc;
 use crate::domain::{DueTimer, TimerState};
 use crate::storage::backend::ClaimDue;
 use crate::storage::entity::{Column, Entity};
-use crate::storage::firing::due_query_fenced;
-use crate::storage::rows::{due_from_model, parse_optional_time};
+use crate::storage::firing::{due_query_fenced, with_literal_limit};
+use crate::storage::rows::{due_timer, parse_optional_time};
 use crate::storage::{DueBatch, PENDING, ROWS_PER_STATEMENT, Store, StoreError};
+
+/// The columns a claim returns: what firing needs of each timer.
+const CLAIMED: &str =
+    "tenant_id, service_call_id, correlation_id, due_at, data, trace_context, expires_at";
 
 /// See `Backend::claim_due`: by the caller's `now`.
 pub(super) async fn claim_due(store: &Store, claim: ClaimDue<'_>) -> Result<DueBatch, StoreError> {
@@ -37,24 +42,25 @@ pub(super) async fn claim_due(store: &Store, claim: ClaimDue<'_>) -> Result<DueB
     } = claim;
     let now = now.at;
     let until = now + chrono::Duration::from_std(claimant.lease).unwrap_or_default();
-    let picked = due_query_fenced(now, after, &claimant.name, fence, limit);
-    let claim = Entity::update_many()
-        .col_expr(Column::ClaimedBy, Expr::value(claimant.name.clone()))
-        .col_expr(Column::ClaimUntil, Expr::value(format_utc(until)))
-        .filter(
-            Expr::tuple([
-                Expr::col(Column::TenantId),
-                Expr::col(Column::ServiceCallId),
-            ])
-            .in_subquery(picked),
-        );
+    let picked = due_query_fenced(DbBackend::Sqlite, now, after, &claimant.name, fence, limit);
+    let claim = Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        format!(
+            "UPDATE timer_schedules SET claimed_by = ?, claim_until = ? \
+             WHERE (tenant_id, service_call_id) IN ({}) RETURNING {CLAIMED}",
+            picked.sql
+        ),
+        [claimant.name.clone().into(), format_utc(until).into()]
+            .into_iter()
+            .chain(picked.values.into_iter().flat_map(|values| values.0)),
+    );
     // One statement is a transaction of its own: no BEGIN and COMMIT round trips.
     let claimed = store
-        .relaxed(async { claim.exec_with_returning(&store.db).await })
+        .relaxed(async { store.db.query_all_raw(claim).await })
         .await?;
     let mut timers = claimed
-        .into_iter()
-        .map(due_from_model)
+        .iter()
+        .map(due_timer)
         .collect::<Result<Vec<_>, _>>()?;
     timers.sort_by_key(|t| t.position());
     let next_due_at = if timers.len() < limit {
@@ -74,16 +80,18 @@ async fn next_due_after(
     store: &Store,
     now: DateTime<Utc>,
 ) -> Result<Option<DateTime<Utc>>, StoreError> {
-    let earliest: Option<Option<String>> = Entity::find()
-        .select_only()
+    let mut earliest = Query::select();
+    earliest
         .column(Column::DueAt)
-        .filter(Expr::cust(PENDING))
-        .filter(Column::DueAt.gt(format_utc(now)))
-        .order_by_asc(Column::DueAt)
-        .limit(1)
-        .into_tuple()
-        .one(&store.db)
-        .await?;
+        .from(Entity)
+        .and_where(Expr::cust(PENDING))
+        .and_where(Expr::col(Column::DueAt).gt(format_utc(now)))
+        .order_by(Column::DueAt, Order::Asc);
+    let earliest = with_literal_limit(DbBackend::Sqlite, &earliest, 1);
+    let earliest: Option<Option<String>> = match store.db.query_one_raw(earliest).await? {
+        Some(row) => row.try_get("", "due_at")?,
+        None => None,
+    };
     parse_optional_time("due_at", earliest.flatten())
 }
 
