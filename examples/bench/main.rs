@@ -170,6 +170,11 @@ pub struct Args {
     /// on the stream reads a stream of 16 as made).
     #[arg(long, default_value_t = 1)]
     pub baseline_lines: u16,
+    /// An environment variable for the baseline's daemons, `NAME=VALUE` (repeatable): with
+    /// `--baseline` set to this build's own binary, measures one setting against the default
+    /// (`--baseline-env TIMER_NATS_COMMAND_PARTITIONS=1`).
+    #[arg(long, value_parser = name_and_value)]
+    pub baseline_env: Vec<(String, String)>,
     /// Pending timers of the one tenant whose console pages the console section loads, due
     /// over a week.
     #[arg(long, default_value_t = 10_000_000)]
@@ -183,6 +188,14 @@ pub struct Args {
     /// Where the report, the plot and cached databases go.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
+}
+
+/// `NAME=VALUE`, split at its first `=`.
+fn name_and_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.into(), value.into())),
+        _ => Err(format!("{text:?} is not NAME=VALUE")),
+    }
 }
 
 impl Args {
@@ -272,7 +285,7 @@ async fn main() {
         eprintln!("== run {run}/{}", args.runs);
         // Whichever build a run measures first is measured slower (one binary against itself:
         // ingest 0.89, daemon CPU per command 1.12; BENCHMARKS.md), so the runs take turns.
-        let mut builds = Build::all(args.baseline.as_ref(), args.baseline_lines);
+        let mut builds = Build::all(&args);
         if run % 2 == 0 {
             builds.reverse();
         }

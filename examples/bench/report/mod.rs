@@ -21,6 +21,7 @@ use std::fmt::Write as _;
 
 use chrono::Utc;
 
+use crate::sections::BASELINE;
 use crate::stats::{Lateness, Spread};
 use crate::{Args, DEFAULT_BATCH, Figures};
 
@@ -331,6 +332,10 @@ pub fn report(args: &Args, f: &Figures) -> String {
             let key = format!("lateness.{rate}");
             if f.cpu.contains_key(&key) {
                 let _ = writeln!(r, "\nCPU at {rate}/s (cores): {}.", cpu(f, &key));
+            }
+            let baseline = format!("{BASELINE}{key}");
+            if f.cpu.contains_key(&baseline) {
+                let _ = writeln!(r, "Beside the baseline: {}.", cpu(f, &baseline));
             }
         }
     }

@@ -37,21 +37,25 @@ pub struct Build {
     binary: Option<PathBuf>,
     /// The lines of the command stream made for it; `None`: this build's default.
     lines: Option<u16>,
+    /// More environment variables for its daemons (`--baseline-env`).
+    env: Vec<(String, String)>,
 }
 
 impl Build {
     /// This build, then the baseline when there is one, reading a command stream of
-    /// `baseline_lines` lines.
-    pub fn all(baseline: Option<&PathBuf>, baseline_lines: u16) -> Vec<Build> {
+    /// `--baseline-lines` lines with the `--baseline-env` variables.
+    pub fn all(args: &Args) -> Vec<Build> {
         std::iter::once(Build {
             label: "new",
             binary: None,
             lines: None,
+            env: Vec::new(),
         })
-        .chain(baseline.map(|bin| Build {
+        .chain(args.baseline.as_ref().map(|bin| Build {
             label: "old",
             binary: Some(bin.clone()),
-            lines: Some(baseline_lines),
+            lines: Some(args.baseline_lines),
+            env: args.baseline_env.clone(),
         }))
         .collect()
     }
@@ -75,6 +79,7 @@ impl Build {
         for daemon in &mut daemons {
             daemon.binary = self.binary.clone();
             daemon.lines = self.lines;
+            daemon.env.extend(self.env.iter().cloned());
         }
         daemons
     }
