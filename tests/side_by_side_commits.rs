@@ -2,10 +2,12 @@
 //! command_connections`): a backlog in which every key has several commands, spread over
 //! transactions that are in flight at the same time, ends with each key as the last of its
 //! commands in the stream left it (the rules table, docs/CONTRACT.md §3), and no commit fails
-//! beside another (a deadlock between two would be handed back and logged). Which of two
-//! commits of one key locks its row first is the server's choice, so this does not force the
-//! later one first: that a key ends the same in either order is the rules table's own test
-//! (`sql_follows_the_rules_table` in `tests/storage.rs`, commands in any order of sequence).
+//! beside another (a deadlock between two would be handed back and logged). Two commits never
+//! hold one key (the pipeline holds a group back while a key of it is under way): a cancel
+//! committed before the schedule just ahead of it would keep the older `dueAt`, and the
+//! schedule would be dropped as older. Which transaction reaches a row first is the server's
+//! choice, so this test may pass without that; `tests/timer_data.rs`'s cancel after a
+//! schedule failed once in a full PostgreSQL run without it.
 //! On SQLite the same backlog is committed one transaction at a time, and must end the same.
 //! On PostgreSQL, a lane's transactions following one another as fast as they can keep to the
 //! lane's one connection, as docs/operations.md counts them.

@@ -36,10 +36,9 @@ impl DatabaseTarget {
     /// How many connections commit commands side by side. PostgreSQL: two, each transaction
     /// on a backend (a core) of its own, so that one batch's rows are written while another's
     /// are sent and committed (bulk ingest 1.4–1.6× one connection's in the bench; three or
-    /// four were no faster on two cores). Two commits of one key lock its row in key order,
-    /// so the second waits for the first, and the rules table settles the key by the
-    /// commands' sequences whichever commits first (docs/CONTRACT.md §3), as it does for two
-    /// daemons. SQLite: one, its single writer.
+    /// four were no faster on two cores). Two never hold one key: the CommandHandler's
+    /// pipeline holds a group back while a key of it is under way, so a key's commands apply
+    /// in stream order (docs/CONTRACT.md §3). SQLite: one, its single writer.
     pub fn command_connections(&self) -> usize {
         match self {
             Self::Sqlite { .. } => 1,

@@ -5,7 +5,8 @@
 //! decide the backoff: while the database fails, one batch at a time probes it until one is
 //! stored.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,12 @@ pub const GROUP_MAX: usize = 4_000;
 /// this long, they share one fsync. A command arriving after a quiet spell is committed at once.
 const COMMIT_SPACING: Duration = Duration::from_millis(5);
 
+/// A transaction handed to Persistence: the hashes of its keys, and its task.
+struct InFlight {
+    keys: HashSet<u64>,
+    task: JoinHandle<Stored>,
+}
+
 #[derive(Default)]
 pub(super) struct Pipeline {
     /// Transactions handed to Persistence and not yet acknowledged, at most: as many as the
@@ -35,11 +42,15 @@ pub(super) struct Pipeline {
     depth: usize,
     /// Accepted commands waiting for room, to be stored together as the next transaction.
     gathered: Vec<Accepted>,
-    /// Transactions being committed and acknowledged, oldest first. Two side by side may
-    /// write one key: they lock their rows in key order (`storage::commands`), so the second
-    /// waits for the first's commit, and the rules table settles the key by the commands'
-    /// sequences whichever commits first (docs/CONTRACT.md §3).
-    storing: VecDeque<JoinHandle<Stored>>,
+    /// Transactions being committed and acknowledged, oldest first, with their keys. Two side
+    /// by side never write one key: a group holding a key of a transaction under way waits
+    /// for it. The rules table keeps the newest command of a key whatever the order, but a
+    /// cancel keeps the `dueAt` and data of the row it meets: applied before the schedule just
+    /// ahead of it in the stream, it kept the older ones, and the schedule, older than the
+    /// cancel, was then dropped (docs/CONTRACT.md §3).
+    storing: VecDeque<InFlight>,
+    /// Hashes the keys of [`InFlight`]: a collision only makes a group wait.
+    keys: RandomState,
     /// When the last transaction was handed to Persistence (see [`COMMIT_SPACING`]).
     last_commit: Option<tokio::time::Instant>,
     /// Consecutive attempts that could not store their batch (the one retry policy); while
@@ -93,7 +104,7 @@ impl Pipeline {
     pub fn store_gathered(&mut self, args: &Arc<CommandHandlerArgs>) {
         while let Some(oldest) = self.storing.front_mut() {
             // Collects a finished transaction's outcome without waiting for an unfinished one.
-            match (&mut *oldest).now_or_never() {
+            match (&mut oldest.task).now_or_never() {
                 Some(outcome) => {
                     self.storing.pop_front();
                     self.note(outcome);
@@ -116,9 +127,40 @@ impl Pipeline {
         if !spaced && !self.is_full() {
             return;
         }
+        let keys: HashSet<u64> = self
+            .gathered
+            .iter()
+            .map(|a| {
+                self.keys
+                    .hash_one((&a.command.tenant_id, &a.command.service_call_id))
+            })
+            .collect();
+        if self
+            .storing
+            .iter()
+            .any(|under_way| !under_way.keys.is_disjoint(&keys))
+        {
+            // The handler waits for the oldest transaction and asks again.
+            return;
+        }
         self.last_commit = Some(now);
         let batch = self.take_group();
-        self.storing.push_back(store(args, batch));
+        let keys = if self.gathered.is_empty() {
+            keys
+        } else {
+            // Cut at GROUP_MAX: only the group's own keys hold back the next.
+            batch
+                .iter()
+                .map(|a| {
+                    self.keys
+                        .hash_one((&a.command.tenant_id, &a.command.service_call_id))
+                })
+                .collect()
+        };
+        self.storing.push_back(InFlight {
+            keys,
+            task: store(args, batch),
+        });
     }
 
     /// The next transaction's commands: the gathered ones up to [`GROUP_MAX`], and the rest of
@@ -144,7 +186,7 @@ impl Pipeline {
     /// Waits for the oldest transaction being stored and notes its outcome.
     pub async fn settle_oldest(&mut self) {
         if let Some(oldest) = self.storing.pop_front() {
-            let outcome = oldest.await;
+            let outcome = oldest.task.await;
             self.note(outcome);
         }
     }
@@ -169,7 +211,7 @@ impl Pipeline {
         while self
             .storing
             .front()
-            .is_some_and(|oldest| oldest.is_finished() || self.failed_stores.failures() > 0)
+            .is_some_and(|oldest| oldest.task.is_finished() || self.failed_stores.failures() > 0)
         {
             self.settle_oldest().await;
         }
