@@ -97,6 +97,10 @@ pub(super) fn from_model(model: entity::Model) -> Result<Timer, StoreError> {
     })
 }
 
+/// The columns a SQLite claim returns ([`due_timer`] reads them).
+pub(super) const CLAIMED: &str =
+    "tenant_id, service_call_id, correlation_id, due_at, data, trace_context, expires_at";
+
 /// A claimed row as a claim statement returns it (`RETURNING tenant_id, service_call_id,
 /// correlation_id, due_at, data, trace_context, expires_at`).
 pub(super) fn due_timer(row: &QueryResult) -> Result<DueTimer, StoreError> {

@@ -127,40 +127,28 @@ impl Pipeline {
         if !spaced && !self.is_full() {
             return;
         }
-        let keys: HashSet<u64> = self
-            .gathered
-            .iter()
-            .map(|a| {
-                self.keys
-                    .hash_one((&a.command.tenant_id, &a.command.service_call_id))
-            })
-            .collect();
-        if self
-            .storing
-            .iter()
-            .any(|under_way| !under_way.keys.is_disjoint(&keys))
-        {
+        let under_way = |a: &Accepted| {
+            let key = self.key_of(a);
+            self.storing.iter().any(|t| t.keys.contains(&key))
+        };
+        if !self.storing.is_empty() && self.gathered.iter().any(under_way) {
             // The handler waits for the oldest transaction and asks again.
             return;
         }
         self.last_commit = Some(now);
         let batch = self.take_group();
-        let keys = if self.gathered.is_empty() {
-            keys
-        } else {
-            // Cut at GROUP_MAX: only the group's own keys hold back the next.
-            batch
-                .iter()
-                .map(|a| {
-                    self.keys
-                        .hash_one((&a.command.tenant_id, &a.command.service_call_id))
-                })
-                .collect()
-        };
+        let keys = batch.iter().map(|a| self.key_of(a)).collect();
         self.storing.push_back(InFlight {
             keys,
             task: store(args, batch),
         });
+    }
+
+    /// The hash a command's key is known by in [`InFlight`].
+    fn key_of(&self, accepted: &Accepted) -> u64 {
+        let command = &accepted.command;
+        self.keys
+            .hash_one((&command.tenant_id, &command.service_call_id))
     }
 
     /// The next transaction's commands: the gathered ones up to [`GROUP_MAX`], and the rest of

@@ -11,7 +11,7 @@ use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, Value};
 use crate::domain::timestamp::format_utc;
 use crate::storage::backend::ClaimShares;
 use crate::storage::fair::TENANTS_PER_WALK;
-use crate::storage::rows::due_timer;
+use crate::storage::rows::{CLAIMED, due_timer};
 use crate::storage::{DueBatch, Store, StoreError};
 
 /// The walk over the tenants holding rows, after `?1` (`''` for all), at most
@@ -91,7 +91,7 @@ pub(super) async fn claim(store: &Store, claim: ClaimShares<'_>) -> Result<DueBa
     let shares = vec![share_of(share); serve.len()].join(" UNION ALL ");
     let sql = format!(
         "UPDATE timer_schedules SET claimed_by = ?, claim_until = ? WHERE rowid IN ({shares}) \
-         RETURNING tenant_id, service_call_id, correlation_id, due_at, data, trace_context, expires_at"
+         RETURNING {CLAIMED}"
     );
     let mut values: Vec<Value> = vec![claimant.name.clone().into(), format_utc(until).into()];
     for tenant in serve {

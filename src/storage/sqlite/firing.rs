@@ -24,12 +24,8 @@ use crate::domain::{DueTimer, TimerState};
 use crate::storage::backend::ClaimDue;
 use crate::storage::entity::{Column, Entity};
 use crate::storage::firing::{due_query_fenced, with_literal_limit};
-use crate::storage::rows::{due_timer, parse_optional_time};
+use crate::storage::rows::{CLAIMED, due_timer, parse_optional_time};
 use crate::storage::{DueBatch, PENDING, ROWS_PER_STATEMENT, Store, StoreError};
-
-/// The columns a claim returns: what firing needs of each timer.
-const CLAIMED: &str =
-    "tenant_id, service_call_id, correlation_id, due_at, data, trace_context, expires_at";
 
 /// See `Backend::claim_due`: by the caller's `now`.
 pub(super) async fn claim_due(store: &Store, claim: ClaimDue<'_>) -> Result<DueBatch, StoreError> {
