@@ -102,6 +102,11 @@ impl Pipeline {
     /// and the last commit started [`COMMIT_SPACING`] ago (or the group is full); also notes
     /// the outcome of transactions that have finished.
     pub fn store_gathered(&mut self, args: &Arc<CommandHandlerArgs>) {
+        self.start_gathered(|batch| store(args, batch));
+    }
+
+    /// [`Self::store_gathered`], with `start` handing a transaction's commands to storage.
+    fn start_gathered(&mut self, start: impl FnOnce(Vec<Accepted>) -> JoinHandle<Stored>) {
         while let Some(oldest) = self.storing.front_mut() {
             // Collects a finished transaction's outcome without waiting for an unfinished one.
             match (&mut oldest.task).now_or_never() {
@@ -140,7 +145,7 @@ impl Pipeline {
         let keys = batch.iter().map(|a| self.key_of(a)).collect();
         self.storing.push_back(InFlight {
             keys,
-            task: store(args, batch),
+            task: start(batch),
         });
     }
 
@@ -181,10 +186,15 @@ impl Pipeline {
 
     /// Stores everything gathered and waits for every transaction: for a graceful stop.
     pub async fn finish(&mut self, args: &Arc<CommandHandlerArgs>) {
+        self.finish_with(|batch| store(args, batch)).await;
+    }
+
+    /// [`Self::finish`], with `start` handing a transaction's commands to storage.
+    async fn finish_with(&mut self, mut start: impl FnMut(Vec<Accepted>) -> JoinHandle<Stored>) {
         while !self.gathered.is_empty() {
             self.settle_oldest().await;
             self.last_commit = None;
-            self.store_gathered(args);
+            self.start_gathered(&mut start);
         }
         while !self.storing.is_empty() {
             self.settle_oldest().await;
@@ -233,3 +243,6 @@ impl Pipeline {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
