@@ -7,15 +7,20 @@ use std::time::Duration;
 
 use chrono::Utc;
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::client::{ClientError, TimerClient};
-use crate::config::{NatsSettings, Secret, redact_url};
-use crate::domain::api::TimerView;
+use crate::config::Secret;
 use crate::domain::subjects::{DEFAULT_API_PREFIX, DEFAULT_COMMAND_PREFIX, DEFAULT_EVENT_PREFIX};
 use crate::domain::timestamp::format_utc;
 use crate::domain::{ScheduleTimerPayload, Subjects, TimerData};
-use crate::nats::connection::{ConnectError, connect_options};
+
+mod connect;
+mod print;
+mod schedule_many;
+
+use connect::connect;
+use print::{print_json, print_table, print_timer};
 
 #[derive(Debug, Args)]
 pub struct TimersArgs {
@@ -100,6 +105,29 @@ pub enum TimersCommand {
         #[arg(long, value_name = "DURATION")]
         expire_after: Option<String>,
     },
+    /// Schedule many timers of one tenant from a file of JSON lines, one timer each
+    /// (`{"serviceCallId":"sc-7","dueAt":"2026-11-22T10:00:00Z"}`, with `correlationId`,
+    /// `data`, `expireAfter` as in ScheduleTimer), published as ScheduleTimers messages in the
+    /// file's order. The service checks each message whole: one it rejects is reported on
+    /// `timer.evt.rejected.<tenant>`, not here.
+    ScheduleMany {
+        /// The tenant (tenantId) the timers belong to.
+        #[arg(long)]
+        tenant: String,
+        /// The file of timers; `-` reads standard input.
+        #[arg(long)]
+        file: PathBuf,
+        /// Correlation id of the messages: the timers without their own carry it.
+        #[arg(long)]
+        correlation_id: Option<String>,
+        /// Most timers in one message, 1–1000.
+        #[arg(long, default_value_t = 1000,
+              value_parser = clap::value_parser!(u16).range(1..=1000))]
+        per_message: u16,
+        /// Most bytes in one message: the service's `max_command_bytes`.
+        #[arg(long, default_value_t = 64 * 1024)]
+        max_bytes: usize,
+    },
     /// Show one timer.
     Get {
         /// The tenant (tenantId) the timer belongs to.
@@ -177,6 +205,17 @@ pub enum CliError {
     Client(#[from] ClientError),
     #[error("{0}")]
     Usage(String),
+    /// A `schedule-many` cut short: what went out stays published.
+    #[error(
+        "{published} of {messages} messages published (the file's first {timers} timers) \
+         before: {source}"
+    )]
+    Partly {
+        published: usize,
+        messages: usize,
+        timers: usize,
+        source: ClientError,
+    },
 }
 
 /// Runs one `timers` command, printing its result to stdout.
@@ -217,6 +256,17 @@ pub async fn run(args: TimersArgs) -> Result<(), CliError> {
             } else {
                 println!("scheduled {tenant}/{id} at {due_at} (command stream sequence {seq})");
             }
+        }
+        TimersCommand::ScheduleMany {
+            tenant,
+            file,
+            correlation_id,
+            per_message,
+            max_bytes,
+        } => {
+            let messages = schedule_many::read(&file, per_message.into(), max_bytes)?;
+            schedule_many::publish(&client, &tenant, messages, correlation_id.as_deref(), json)
+                .await?;
         }
         TimersCommand::Get { tenant, id } => {
             let timer = client.get(&tenant, &id).await?;
@@ -336,119 +386,7 @@ pub async fn run(args: TimersArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Connects as the user the flags (or their environment variables, the daemon's names) name,
-/// else as the one written in the server URL; fails at once when the server cannot be reached
-/// (a person is waiting), unlike the daemon, which waits for its broker.
-async fn connect(args: &TimersArgs) -> Result<async_nats::Client, CliError> {
-    let failed = |message: String| CliError::Connect {
-        server: redact_url(&args.server),
-        message,
-    };
-    let settings = NatsSettings {
-        credentials: args.creds.clone(),
-        nkey_seed: args.nkey_seed.clone(),
-        user: args.user.clone(),
-        password: args.password.clone(),
-        token: args.token.clone(),
-        tls_ca: args.tls_ca.clone(),
-        tls_cert: args.tls_cert.clone(),
-        tls_key: args.tls_key.clone(),
-        ..NatsSettings::default()
-    };
-    let (servers, options) =
-        connect_options(&args.server, &settings)
-            .await
-            .map_err(|e| match e {
-                // A person reads this: "credentials <path>", as the flag is named.
-                ConnectError::File { what, path, source } => {
-                    let what = what.strip_suffix(" file").unwrap_or(what);
-                    failed(format!("{what} {path}: {source}"))
-                }
-                other => failed(other.to_string()),
-            })?;
-    options
-        .name("timer-service timers")
-        .custom_inbox_prefix(&args.inbox_prefix)
-        .connection_timeout(Duration::from_secs(5))
-        .connect(servers)
-        .await
-        .map_err(|e| failed(e.to_string()))
-}
-
-fn print_json(value: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_default()
-    );
-}
-
 /// `--data`: any JSON value.
 fn parse_data(text: &str) -> Result<TimerData, String> {
     serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
-}
-
-fn print_timer(timer: &TimerView) {
-    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-    for (name, value) in [
-        ("tenant", timer.tenant_id.clone()),
-        ("id", timer.service_call_id.clone()),
-        ("state", timer.state.clone()),
-        ("due at", dash(&timer.due_at)),
-        ("registered at", timer.registered_at.clone()),
-        ("reached at", dash(&timer.reached_at)),
-        ("cancelled at", dash(&timer.cancelled_at)),
-        ("correlation id", timer.correlation_id.clone()),
-        (
-            "data",
-            dash(&timer.data.as_ref().map(|d| d.as_str().to_owned())),
-        ),
-    ] {
-        println!("{name:<15} {value}");
-    }
-}
-
-fn print_table(timers: &[TimerView]) {
-    let header = [
-        "ID",
-        "STATE",
-        "DUE AT",
-        "REACHED/CANCELLED AT",
-        "CORRELATION ID",
-    ];
-    let rows: Vec<[String; 5]> = timers
-        .iter()
-        .map(|t| {
-            [
-                t.service_call_id.clone(),
-                t.state.clone(),
-                t.due_at.clone().unwrap_or_else(|| "-".into()),
-                t.reached_at
-                    .clone()
-                    .or_else(|| t.cancelled_at.clone())
-                    .unwrap_or_else(|| "-".into()),
-                t.correlation_id.clone(),
-            ]
-        })
-        .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        cells
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_owned()
-    };
-    println!("{}", line(&header.map(str::to_owned)));
-    for row in &rows {
-        println!("{}", line(row));
-    }
-    println!("({} timers)", timers.len());
 }

@@ -214,7 +214,15 @@ async fn the_command_line_explains_itself_and_fails_fast_without_a_service() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    for word in ["schedule", "get", "list", "cancel", "stats", "--json"] {
+    for word in [
+        "schedule",
+        "schedule-many",
+        "get",
+        "list",
+        "cancel",
+        "stats",
+        "--json",
+    ] {
         assert!(help.contains(word), "{help}");
     }
     // A broker but no service behind it: a clear error, at once.
@@ -225,4 +233,94 @@ async fn the_command_line_explains_itself_and_fails_fast_without_a_service() {
     let error = String::from_utf8_lossy(&output.stderr);
     assert!(error.contains("no timer-service answers"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// `schedule-many` publishes a file of timers as ScheduleTimers messages the service accepts
+/// whole: cut to the message size, a key met again in a later message (the newer command), a
+/// bad line refused before anything is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_many_publishes_a_file_of_timers() {
+    let (server, scratch, daemon, client) = common::started().await;
+    let line = |id: &str, due: &str| format!(r#"{{"serviceCallId":"{id}","dueAt":"{due}"}}"#);
+    let mut file: Vec<String> = (0..2_000)
+        .map(|i| line(&format!("bulk-{i}"), "2030-01-01T00:00:00Z"))
+        .collect();
+    file.push(line("bulk-5", "2031-06-01T00:00:00Z"));
+    let path = scratch.dir.path().join("timers.jsonl");
+    std::fs::write(&path, file.join("\n")).unwrap();
+
+    let reply = json(&timers(
+        &server,
+        &[
+            "--json",
+            "schedule-many",
+            "--tenant",
+            "acme",
+            "--file",
+            path.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(reply["count"], 2_001);
+    let messages = reply["messages"].as_array().unwrap();
+    assert!(
+        messages.len() >= 3,
+        "64 KiB holds under 1,000 of these: {reply}"
+    );
+    let stats = eventually(
+        Duration::from_secs(30),
+        "the file's timers stored",
+        || async {
+            let stats = json(&timers(&server, &["--json", "stats", "--tenant", "acme"]));
+            (stats["scheduled"] == 2_000).then_some(stats)
+        },
+    )
+    .await;
+    assert_eq!(stats["nextDueAt"], "2030-01-01T00:00:00.000Z");
+    let later = eventually(Duration::from_secs(15), "the key met again", || async {
+        let got = json(&timers(
+            &server,
+            &["--json", "get", "--tenant", "acme", "--id", "bulk-5"],
+        ));
+        (got["timer"]["dueAt"] == "2031-06-01T00:00:00.000Z").then_some(got)
+    })
+    .await;
+    assert_eq!(later["timer"]["state"], "Scheduled");
+
+    let last_sequence = || async {
+        let mut stream = client.js.get_stream("TIMER_COMMANDS").await.unwrap();
+        stream.info().await.unwrap().state.last_sequence
+    };
+    let before = last_sequence().await;
+    let mut bad = Command::new(env!("CARGO_BIN_EXE_timer-service"))
+        .args(["timers", "--server", &server.url()])
+        .args(["schedule-many", "--tenant", "globex", "--file", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = bad.stdin.take().unwrap();
+        writeln!(stdin, "{}", line("g-1", "2030-01-01T00:00:00Z")).unwrap();
+        writeln!(
+            stdin,
+            r#"{{"serviceCallId":"g-2","due_at":"2030-01-01T00:00:00Z"}}"#
+        )
+        .unwrap();
+    }
+    let bad = bad.wait_with_output().unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        error.contains("line 2: unknown field \"due_at\""),
+        "{error}"
+    );
+    assert_eq!(
+        last_sequence().await,
+        before,
+        "nothing of a bad file is published"
+    );
+    drop(client);
+    daemon.shutdown().await.unwrap();
 }
