@@ -11,6 +11,10 @@ pub struct Turns<T> {
     /// Keys with items waiting, in the order they take their next turn.
     turns: VecDeque<String>,
     len: usize,
+    /// The largest queue of a key that emptied, kept for the next key: one tenant's burst
+    /// empties and refills its queue again and again, and growing it anew from nothing each
+    /// time copied it at every doubling and faulted in fresh pages for the large ones.
+    spare: VecDeque<T>,
 }
 
 impl<T> Default for Turns<T> {
@@ -19,6 +23,7 @@ impl<T> Default for Turns<T> {
             by_key: HashMap::new(),
             turns: VecDeque::new(),
             len: 0,
+            spare: VecDeque::new(),
         }
     }
 }
@@ -42,7 +47,10 @@ impl<T> Turns<T> {
     pub fn push(&mut self, key: &str, item: T) {
         let items = match self.by_key.get_mut(key) {
             Some(items) => items,
-            None => self.by_key.entry(key.to_owned()).or_default(),
+            None => {
+                let spare = std::mem::take(&mut self.spare);
+                self.by_key.entry(key.to_owned()).or_insert(spare)
+            }
         };
         if items.is_empty() {
             self.turns.push_back(key.to_owned());
@@ -59,7 +67,7 @@ impl<T> Turns<T> {
             };
             let item = items.pop_front();
             if items.is_empty() {
-                self.by_key.remove(&key);
+                self.retire(&key);
             } else {
                 self.turns.push_back(key);
             }
@@ -79,7 +87,7 @@ impl<T> Turns<T> {
         let items = self.by_key.get_mut(&key)?;
         let item = items.pop_front()?;
         if items.is_empty() {
-            self.by_key.remove(&key);
+            self.retire(&key);
         } else {
             self.turns.push_back(key.clone());
         }
@@ -98,6 +106,15 @@ impl<T> Turns<T> {
     }
 
     /// Takes every item out, whatever its key.
+    /// Forgets `key`, whose queue is empty, keeping the queue if it is the largest yet.
+    fn retire(&mut self, key: &str) {
+        if let Some(emptied) = self.by_key.remove(key)
+            && emptied.capacity() > self.spare.capacity()
+        {
+            self.spare = emptied;
+        }
+    }
+
     pub fn drain(&mut self) -> Vec<T> {
         self.turns.clear();
         self.len = 0;
@@ -154,6 +171,22 @@ mod tests {
         assert_eq!(turns.pop_eligible(|key| key != "busy"), None);
         assert_eq!(turns.pop_eligible(|_| true), Some(("busy".to_owned(), 1)));
         assert_eq!(turns.len(), 1);
+    }
+
+    #[test]
+    fn a_queue_that_emptied_is_kept_for_the_next_key() {
+        let mut turns = Turns::default();
+        for n in 0..1000 {
+            turns.push("burst", n);
+        }
+        assert_eq!(turns.pop_many(1000).len(), 1000);
+        turns.push("next", 0);
+        assert!(
+            turns.by_key["next"].capacity() >= 1000,
+            "grown once, not again"
+        );
+        assert_eq!(turns.pop(), Some(0));
+        assert!(turns.is_empty() && turns.by_key.is_empty());
     }
 
     #[test]

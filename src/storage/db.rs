@@ -34,6 +34,10 @@ impl From<Synchronous> for SqliteSynchronous {
 /// WAL size, in pages, at which a commit checkpoints by itself.
 const AUTOCHECKPOINT_BACKSTOP_PAGES: u32 = 100_000;
 
+/// Rows a statement's thread hands over before it waits for the caller to take them: a claim's
+/// whole batch (`poller::claim_size`, 2,000 at the default batch) and more.
+const ROW_BUFFER: usize = 4_096;
+
 /// What one checkpoint did, as SQLite reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -235,6 +239,10 @@ fn sqlite_options(path: &Path, settings: &SqliteSettings, create: bool) -> Sqlit
         .busy_timeout(settings.busy_timeout)
         .foreign_keys(true)
         .pragma("cache_size", format!("-{}", settings.cache_kib))
+        // A claim returns thousands of rows, each handed from the connection's thread to the
+        // caller through a channel of this many: at sqlx's 50, the thread stopped and was woken
+        // again dozens of times per claim.
+        .row_buffer_size(ROW_BUFFER)
         // Checkpoints are the Checkpointer actor's job, on its own connection, so that copying
         // the WAL into a large file never stalls a commit on the firing path. This threshold
         // (about 400 MB of WAL) is only a backstop should the Checkpointer be down.
