@@ -264,7 +264,8 @@ pub async fn run(args: TimersArgs) -> Result<(), CliError> {
             per_message,
             max_bytes,
         } => {
-            let messages = schedule_many::read(&file, per_message.into(), max_bytes)?;
+            let room = schedule_many::room(&tenant, correlation_id.as_deref(), max_bytes);
+            let messages = schedule_many::read(&file, per_message.into(), room)?;
             schedule_many::publish(&client, &tenant, messages, correlation_id.as_deref(), json)
                 .await?;
         }

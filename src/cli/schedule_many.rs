@@ -9,11 +9,8 @@ use serde_json::json;
 
 use super::{CliError, print_json};
 use crate::client::TimerClient;
-use crate::domain::TimerSpec;
-
-/// Bytes of a ScheduleTimers message besides its timers (the envelope, the tenant, the
-/// brackets), with room to spare.
-const ENVELOPE_BYTES: usize = 1024;
+use crate::domain::schedule_many::schedule_timers_command;
+use crate::domain::{ScheduleTimersPayload, TimerSpec};
 
 /// The fields of a timer; any other is a mistake (`due_at` for `dueAt`) the service would
 /// ignore.
@@ -25,18 +22,30 @@ const FIELDS: [&str; 5] = [
     "expireAfter",
 ];
 
+/// The bytes a message of `max_bytes` leaves for its timers: what its envelope (with the
+/// tenant and correlation id given, and no timers) does not take.
+pub(super) fn room(tenant: &str, correlation_id: Option<&str>, max_bytes: usize) -> usize {
+    let empty = ScheduleTimersPayload {
+        tenant_id: tenant.to_owned(),
+        timers: Vec::new(),
+    };
+    let envelope = schedule_timers_command(empty, correlation_id, chrono::Utc::now());
+    let envelope = serde_json::to_vec(&envelope).map_or(max_bytes, |json| json.len());
+    max_bytes.saturating_sub(envelope)
+}
+
 /// The timers of `file` (`-`: standard input), cut into messages as [`messages`] does.
 pub(super) fn read(
     file: &Path,
     per_message: usize,
-    max_bytes: usize,
+    room: usize,
 ) -> Result<Vec<Vec<TimerSpec>>, CliError> {
     let failed = |e: String| CliError::Usage(format!("{}: {e}", file.display()));
     let read = if file.as_os_str() == "-" {
-        messages(std::io::stdin().lock(), per_message, max_bytes)
+        messages(std::io::stdin().lock(), per_message, room)
     } else {
         let opened = std::fs::File::open(file).map_err(|e| failed(e.to_string()))?;
-        messages(BufReader::new(opened), per_message, max_bytes)
+        messages(BufReader::new(opened), per_message, room)
     };
     match read.map_err(failed)? {
         messages if messages.is_empty() => Err(failed("no timers".into())),
@@ -82,17 +91,18 @@ pub(super) async fn publish(
 }
 
 /// Reads timers, one per line (blank lines skipped), and cuts them, in the file's order, into
-/// messages of at most `per_message` timers and `max_bytes` bytes. A key met again starts a
-/// new message: a message may name a key once, and the later line is the newer command.
+/// messages of at most `per_message` timers and `room` bytes of timers (see [`room`]). A key
+/// met again starts a new message: a message may name a key once, and the later line is the
+/// newer command.
 pub(super) fn messages(
     input: impl BufRead,
     per_message: usize,
-    max_bytes: usize,
+    room: usize,
 ) -> Result<Vec<Vec<TimerSpec>>, String> {
     let mut messages = Vec::new();
     let mut current: Vec<TimerSpec> = Vec::new();
     let mut keys = HashSet::new();
-    let mut bytes = ENVELOPE_BYTES;
+    let mut bytes = 0;
     for (index, line) in input.lines().enumerate() {
         let number = index + 1;
         let line = line.map_err(|e| format!("line {number}: {e}"))?;
@@ -102,17 +112,17 @@ pub(super) fn messages(
         let timer = timer(&line).map_err(|e| format!("line {number}: {e}"))?;
         // With the comma between two timers.
         let size = serde_json::to_vec(&timer).map_or(line.len(), |json| json.len()) + 1;
-        if ENVELOPE_BYTES + size > max_bytes {
+        if size > room {
             return Err(format!(
-                "line {number}: the timer is {size} bytes, too many for a message of \
-                 {max_bytes} bytes"
+                "line {number}: the timer is {size} bytes; a message has room for {room} \
+                 bytes of timers"
             ));
         }
-        let full = current.len() >= per_message || bytes + size > max_bytes;
+        let full = current.len() >= per_message || bytes + size > room;
         if full || keys.contains(&timer.service_call_id) {
             messages.push(std::mem::take(&mut current));
             keys.clear();
-            bytes = ENVELOPE_BYTES;
+            bytes = 0;
         }
         keys.insert(timer.service_call_id.clone());
         bytes += size;
@@ -141,6 +151,8 @@ fn timer(line: &str) -> Result<TimerSpec, String> {
 
 #[cfg(test)]
 mod tests {
+    use chrono::Utc;
+
     use super::*;
 
     fn ids(messages: &[Vec<TimerSpec>]) -> Vec<Vec<&str>> {
@@ -185,11 +197,19 @@ mod tests {
             })
             .collect::<Vec<_>>()
             .join("\n");
-        let messages = messages(file.as_bytes(), 1000, 4096).unwrap();
+        let max_bytes = 4096;
+        let correlation_id = "é".repeat(256);
+        let room = room("acme", Some(&correlation_id), max_bytes);
+        let messages = messages(file.as_bytes(), 1000, room).unwrap();
         assert!(messages.len() > 1);
-        for message in &messages {
-            let bytes = serde_json::to_vec(message).unwrap().len();
-            assert!(bytes + ENVELOPE_BYTES <= 4096, "{bytes} bytes of timers");
+        for message in messages.iter().cloned() {
+            let payload = ScheduleTimersPayload {
+                tenant_id: "acme".into(),
+                timers: message,
+            };
+            let command = schedule_timers_command(payload, Some(&correlation_id), Utc::now());
+            let bytes = serde_json::to_vec(&command).unwrap().len();
+            assert!(bytes <= max_bytes, "a message of {bytes} bytes");
         }
         assert_eq!(messages.iter().map(Vec::len).sum::<usize>(), 20);
     }
