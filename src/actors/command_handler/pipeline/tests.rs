@@ -84,24 +84,25 @@ impl Storage {
     }
 }
 
-/// Two transactions side by side, commands past the spacing between commits.
-fn pipeline_of_two() -> Pipeline {
-    Pipeline::new(2)
-}
-
-async fn after_spacing() {
+/// Storage, what starts its transactions, and a pipeline of two side by side, with a schedule
+/// of key `a` (sequence 1) committing and the spacing between commits past.
+async fn with_a_under_way() -> (
+    Arc<Storage>,
+    impl FnMut(Vec<Accepted>) -> JoinHandle<Stored>,
+    Pipeline,
+) {
+    let storage = Arc::new(Storage::default());
+    let mut start = storage.start();
+    let mut pipeline = Pipeline::new(2);
+    pipeline.gather(vec![accepted(schedule("a", 1, 10))]);
+    pipeline.start_gathered(&mut start);
     tokio::time::advance(COMMIT_SPACING).await;
+    (storage, start, pipeline)
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_group_holding_a_key_under_way_waits_for_its_transaction() {
-    let storage = Arc::new(Storage::default());
-    let mut start = storage.start();
-    let mut pipeline = pipeline_of_two();
-
-    pipeline.gather(vec![accepted(schedule("a", 1, 10))]);
-    pipeline.start_gathered(&mut start);
-    after_spacing().await;
+    let (storage, mut start, mut pipeline) = with_a_under_way().await;
     pipeline.gather(vec![
         accepted(schedule("b", 2, 10)),
         accepted(cancel("a", 3)),
@@ -120,13 +121,7 @@ async fn a_group_holding_a_key_under_way_waits_for_its_transaction() {
 
 #[tokio::test(start_paused = true)]
 async fn a_group_of_other_keys_commits_beside_the_one_under_way() {
-    let storage = Arc::new(Storage::default());
-    let mut start = storage.start();
-    let mut pipeline = pipeline_of_two();
-
-    pipeline.gather(vec![accepted(schedule("a", 1, 10))]);
-    pipeline.start_gathered(&mut start);
-    after_spacing().await;
+    let (storage, mut start, mut pipeline) = with_a_under_way().await;
     pipeline.gather(vec![accepted(schedule("b", 2, 10))]);
     pipeline.start_gathered(&mut start);
     assert_eq!(storage.started(), [vec![1], vec![2]]);
@@ -134,12 +129,7 @@ async fn a_group_of_other_keys_commits_beside_the_one_under_way() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stop_stores_a_waiting_group_after_the_transaction_it_waits_for() {
-    let storage = Arc::new(Storage::default());
-    let mut start = storage.start();
-    let mut pipeline = pipeline_of_two();
-
-    pipeline.gather(vec![accepted(schedule("a", 1, 10))]);
-    pipeline.start_gathered(&mut start);
+    let (storage, start, mut pipeline) = with_a_under_way().await;
     pipeline.gather(vec![accepted(cancel("a", 2))]);
 
     let committer = {
