@@ -101,8 +101,7 @@ pub(super) fn from_model(model: entity::Model) -> Result<Timer, StoreError> {
 pub(super) const CLAIMED: &str =
     "tenant_id, service_call_id, correlation_id, due_at, data, trace_context, expires_at";
 
-/// A claimed row as a claim statement returns it (`RETURNING tenant_id, service_call_id,
-/// correlation_id, due_at, data, trace_context, expires_at`).
+/// A claimed row as a claim statement returns it (`RETURNING` [`CLAIMED`]).
 pub(super) fn due_timer(row: &QueryResult) -> Result<DueTimer, StoreError> {
     let tenant_id: String = row.try_get("", "tenant_id")?;
     due_timer_of(tenant_id, row)
