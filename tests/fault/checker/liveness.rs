@@ -81,14 +81,16 @@ pub(super) fn check_liveness(run: &Run, verdict: &mut Verdict) {
 /// reads, which the service must absorb) from its start until its probes fired (the whole rest
 /// of the run if they never did), and at least until the commands the service held when it
 /// broke are delivered again (the command consumer's ack wait after the heal), plus
-/// [`DISTURBED_GRACE`].
+/// [`DISTURBED_GRACE`]. Periods that overlap are one: a command held up by one fault (waiting
+/// for its ack wait) may be held further by the next that begins meanwhile.
 pub fn disturbed_windows(run: &Run, refire: &[Option<Duration>]) -> Vec<Window> {
     let end = run
         .ended
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
     let held_back = Duration::from_std(timer_service::ports::COMMAND_ACK_WAIT)
         .unwrap_or_else(|_| Duration::seconds(5));
-    run.faults
+    let mut windows: Vec<Window> = run
+        .faults
         .iter()
         .zip(refire)
         .filter(|(fault, _)| fault.skipped.is_none() && fault.disturbs)
@@ -99,7 +101,16 @@ pub fn disturbed_windows(run: &Run, refire: &[Option<Duration>]) -> Vec<Window> 
                 healed.max(fault.lingers_until.unwrap_or(healed)) + DISTURBED_GRACE
             }),
         })
-        .collect()
+        .collect();
+    windows.sort_by_key(|w| w.from);
+    let mut merged: Vec<Window> = Vec::with_capacity(windows.len());
+    for window in windows {
+        match merged.last_mut() {
+            Some(last) if window.from <= last.to => last.to = last.to.max(window.to),
+            _ => merged.push(window),
+        }
+    }
+    merged
 }
 
 /// Whether a fault (its disturbed window `w`) may have held up a command acknowledged at
@@ -222,6 +233,57 @@ mod tests {
         // after the timer fired at 5 s.
         let verdict = check(&history);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+    }
+
+    #[test]
+    fn a_command_held_by_one_fault_and_then_by_the_next_is_excused_only_if_they_overlap() {
+        let fault = |name: &str, started, healed, probe: &str| FaultRecord {
+            name: name.into(),
+            started: t(started),
+            healed: t(healed),
+            probes: vec![key(probe)],
+            skipped: None,
+            notes: vec![],
+            disturbs: true,
+            lingers_until: None,
+            heal_rule: None,
+        };
+        // The cancel, acknowledged just before the broker was killed at 0, waits for its ack
+        // wait (4 s after the heal at 0.5 s); the broker is frozen from `frozen` to 12 s, and
+        // the timer fires at 15 s, as the broker is back, before the cancel comes again.
+        let history = |frozen| {
+            let mut history = run(
+                vec![
+                    schedule("k1", 14_000, 10),
+                    op("k1", Command::Cancel, Outcome::Acked, 100),
+                    schedule("probe-1", 1_500, 600),
+                    schedule("probe-2", 13_000, 12_100),
+                ],
+                vec![
+                    event("probe-1", 1_500, 1_501, 1_502),
+                    event("probe-2", 13_000, 13_001, 13_002),
+                    event("k1", 14_000, 15_000, 15_001),
+                ],
+                vec![
+                    row("probe-1", "Reached", Some(1_500)),
+                    row("probe-2", "Reached", Some(13_000)),
+                    row("k1", "Reached", Some(14_000)),
+                ],
+            );
+            history
+                .faults
+                .push(fault("broker SIGKILL", 0, 500, "probe-1"));
+            history
+                .faults
+                .push(fault("broker SIGSTOP", frozen, 12_000, "probe-2"));
+            history
+        };
+        // The first fault's period lasts until 6.5 s: the freeze began within it.
+        let verdict = check(&history(6_000));
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        // A freeze that began after it excuses nothing.
+        let verdict = check(&history(9_000));
+        assert_eq!(broken(&verdict), [Invariant::LastWins]);
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //! - (d) the last command per key wins: the final row agrees with the last acknowledged
 //!   command. A command may lose to a firing only when the firing came first: the event was
 //!   out before the command was acknowledged (plus a moment), or a fault held the command up
-//!   (the command's acknowledgement and the firing are separated by a disturbed period);
+//!   (the command's acknowledgement and the firing are separated by a disturbed period;
+//!   periods that overlap, a fault begun while the last one's commands waited for their ack
+//!   wait, count as one);
 //! - (e) isolation: every message on `timer.evt.due.<t>` is a DueTimeReached of tenant t (on
 //!   `timer.evt.expired.<t>` a TimerExpired) for a
 //!   (key, dueAt) tenant t scheduled; rejections appear only for tenants that sent invalid
