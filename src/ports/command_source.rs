@@ -137,9 +137,14 @@ impl InboundCommand {
 
     /// The command could not be handled now: deliver it again at once (the handler itself
     /// decides when to pull again).
-    pub async fn hand_back(mut self) -> Result<(), BusError> {
+    pub async fn hand_back(self) -> Result<(), BusError> {
+        self.retry_after(Duration::ZERO).await
+    }
+
+    /// The command could not be settled now: deliver it again after `delay`.
+    pub async fn retry_after(mut self, delay: Duration) -> Result<(), BusError> {
         match self.delivery.take() {
-            Some(delivery) => delivery.nak(Duration::ZERO).await,
+            Some(delivery) => delivery.nak(delay).await,
             None => Ok(()),
         }
     }

@@ -136,6 +136,23 @@ impl NatsServer {
         }
     }
 
+    /// Rewrites the configuration of a server started from one, with `config(port, store_dir)`
+    /// as at its start, and has the running server reload it (SIGHUP).
+    pub fn reconfigure(&self, config: impl FnOnce(u16, &std::path::Path) -> String) {
+        let path = self
+            .config
+            .as_ref()
+            .expect("a server started from a configuration");
+        let text = config(self.port, &self.store.path().join("js"));
+        std::fs::write(path, text).expect("write the server configuration");
+        self.send(libc::SIGHUP);
+    }
+
+    /// What the server has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.store.path().join("nats-server.log")).unwrap_or_default()
+    }
+
     /// The server process's id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

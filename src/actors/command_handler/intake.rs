@@ -1,6 +1,6 @@
 //! What the CommandHandler does with one pulled batch before it is stored: each command is
 //! placed in its key's order (its stream incarnation's epoch and its sequence there, see
-//! `domain::order`), parsed and validated. Rejections are reported and settled at once;
+//! `domain::order`), parsed and validated. Rejections are reported and settled beside it;
 //! accepted commands join the gathered ones for the next transaction (where they are decided
 //! against their tenants' quotas, see `quota`); a `CancelTimers` goes to the Canceller, which
 //! waits for those before it on its line. The commands of an incarnation whose epoch cannot be
@@ -88,7 +88,10 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
         }
     }
     if !rejected.is_empty() {
-        reject(args, rejected).await;
+        // Reported beside the intake: a rejection event waiting out the broker's answer must
+        // not hold the commands behind it.
+        let args = args.clone();
+        tokio::spawn(async move { reject(&args, rejected).await });
     }
     if !unordered.is_empty() {
         let cause = "their stream's epoch is unknown".to_owned();

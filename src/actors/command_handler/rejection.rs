@@ -1,7 +1,9 @@
 //! Refused commands: each is reported on the rejection subject of its tenant, then terminated
-//! on the broker so that it is never redelivered.
+//! on the broker so that it is never redelivered. A command whose report the broker did not
+//! take is handed back instead, to be decided and reported again a moment later
+//! (docs/CONTRACT.md §3): terminated unreported, its sender would never learn its fate.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::future::join_all;
 
@@ -14,13 +16,22 @@ use crate::ports::{InboundCommand, OutgoingEvent};
 /// position for one timer of a `ScheduleTimers` refused alone.
 pub(super) type RejectionId = (u64, Option<u32>);
 
-/// Reports each refused command on the rejection subject, then terminates it on the broker.
+/// How long a command whose rejection event was not published waits before the broker delivers
+/// it again: long enough not to spin on a broker that refuses every publish, short enough that
+/// the rejection follows soon after the path is back.
+pub(super) const UNREPORTED_RETRY: Duration = Duration::from_secs(1);
+
+/// Reports each refused command on the rejection subject, then terminates it on the broker; one
+/// whose report was not published is handed back for [`UNREPORTED_RETRY`] instead.
 pub(super) async fn reject(
     args: &CommandHandlerArgs,
     rejected: Vec<(InboundCommand, Rejection, RejectionId)>,
 ) {
     let now = args.clock.now();
     let mut events = Vec::with_capacity(rejected.len());
+    // For each command, the position of its event in `events` (none when it cannot be encoded,
+    // which no retry would change).
+    let mut event_of = Vec::with_capacity(rejected.len());
     let mut spans = Vec::new();
     for (command, rejection, (order, item)) in &rejected {
         // Its event carries the command's process span on, when one is recorded.
@@ -41,28 +52,61 @@ pub(super) async fn reject(
             now,
         );
         match serde_json::to_vec(&envelope) {
-            Ok(payload) => events.push(OutgoingEvent {
-                subject: args.subjects.rejected(&rejection.tenant_id),
-                message_id: rejection_message_id(*order, *item),
-                payload: payload.into(),
-                trace,
-            }),
-            Err(e) => tracing::error!(actor = "command_handler", error = %e,
-                "cannot encode a rejection event"),
+            Ok(payload) => {
+                event_of.push(Some(events.len()));
+                events.push(OutgoingEvent {
+                    subject: args.subjects.rejected(&rejection.tenant_id),
+                    message_id: rejection_message_id(*order, *item),
+                    payload: payload.into(),
+                    trace,
+                });
+            }
+            Err(e) => {
+                event_of.push(None);
+                tracing::error!(actor = "command_handler", error = %e,
+                    "cannot encode a rejection event; the rejection stays in this log only");
+            }
         }
     }
-    for result in args.bus.publish_all(events).await {
-        if let Err(e) = result.map(|_| ()) {
-            tracing::error!(actor = "command_handler", error = %e,
-                "rejection event not published; the rejection stays in this log only");
-        }
+    let mut unpublished = 0;
+    let mut cause = None;
+    let published: Vec<bool> = args
+        .bus
+        .publish_all(events)
+        .await
+        .into_iter()
+        .map(|result| match result {
+            Ok(_) => true,
+            Err(e) => {
+                unpublished += 1;
+                cause.get_or_insert(e);
+                false
+            }
+        })
+        .collect();
+    if let Some(cause) = cause {
+        tracing::warn!(actor = "command_handler", error = %cause, unpublished,
+            retry_in = ?UNREPORTED_RETRY,
+            "rejection events not published; their commands are handed back to be rejected again");
     }
-    let count = rejected.len() as u64;
-    join_all(rejected.into_iter().map(|(command, _, _)| command.term())).await;
-    let terminated = SystemTime::now();
+    let mut terminated = 0;
+    let mut settled = Vec::with_capacity(rejected.len());
+    for ((command, _, _), event) in rejected.into_iter().zip(event_of) {
+        // An event `publish_all` gave no answer for counts as not published.
+        let reported = event.is_none_or(|i| published.get(i).copied().unwrap_or(false));
+        terminated += u64::from(reported);
+        settled.push(async move {
+            match reported {
+                true => command.term().await,
+                false => command.retry_after(UNREPORTED_RETRY).await,
+            }
+        });
+    }
+    join_all(settled).await;
+    let ended = SystemTime::now();
     for (span, kind, reason) in spans {
-        span.end(terminated, Some((kind, &reason)));
+        span.end(ended, Some((kind, &reason)));
     }
     metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "rejected")
-        .increment(count);
+        .increment(terminated);
 }

@@ -1,0 +1,102 @@
+//! A rejection the broker does not take (docs/CONTRACT.md §3): while the service's user may not
+//! publish on one tenant's rejection subject, that tenant's bad command is handed back and
+//! decided again, never terminated unreported, and its rejection is published once the
+//! permission is granted. The other tenants' commands are stored and fire meanwhile.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{NatsServer, Scratch, TestClient, config, eventually};
+use timer_service::Daemon;
+
+/// A server whose service user may publish anywhere but on `denied` (none when empty); a client
+/// without credentials is the unrestricted `tester`.
+fn server_config(port: u16, store: &std::path::Path, denied: &[&str]) -> String {
+    let denied: Vec<String> = denied.iter().map(|s| format!("{s:?}")).collect();
+    format!(
+        r#"
+listen: "127.0.0.1:{port}"
+jetstream {{ store_dir: "{store}" }}
+authorization {{
+  users = [
+    {{ user: timer-service, password: "service-secret", permissions: {{
+        publish:   {{ allow: [">"], deny: [{denied}] }},
+        subscribe: {{ allow: [">"] }}
+    }} }}
+    {{ user: tester, password: "tester-secret" }}
+  ]
+}}
+no_auth_user: tester
+"#,
+        store = store.display(),
+        denied = denied.join(", "),
+    )
+}
+
+/// The times the server refused the service a publish on `subject`.
+fn refusals(server: &NatsServer, subject: &str) -> usize {
+    server
+        .log()
+        .lines()
+        .filter(|line| line.contains("Violation") && line.contains(subject))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_the_broker_refused_is_published_once_it_can_be() {
+    let denied = "timer.evt.rejected.acme";
+    let server = NatsServer::start_with_config(|port, store| server_config(port, store, &[denied]));
+    let scratch = Scratch::new();
+    let mut daemon_config = config(&server, &scratch);
+    daemon_config.nats.user = Some("timer-service".into());
+    daemon_config.nats.password = Some("service-secret".into());
+    let daemon = Daemon::start(daemon_config).await.expect("daemon starts");
+    let client = TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+
+    client
+        .publish_raw("timer.cmd.schedule.acme", b"{not json".to_vec())
+        .await;
+    // Refused once, then decided and refused again: the command was handed back, not
+    // terminated with its rejection unpublished.
+    eventually(
+        Duration::from_secs(30),
+        "the rejection refused twice by the broker",
+        || async { (refusals(&server, denied) >= 2).then_some(()) },
+    )
+    .await;
+    assert!(
+        client.events("timer.evt.rejected.acme").await.is_empty(),
+        "no rejection could be published yet"
+    );
+
+    // Another tenant's timer is stored and fires meanwhile.
+    let due = Utc::now() + chrono::Duration::milliseconds(500);
+    client.schedule("globex", "meanwhile", due, None).await;
+    client
+        .await_events("timer.evt.due.globex", 1, Duration::from_secs(15))
+        .await;
+
+    server.reconfigure(|port, store| server_config(port, store, &[]));
+    let rejections = client
+        .await_events("timer.evt.rejected.acme", 1, Duration::from_secs(30))
+        .await;
+    let reason = rejections[0].envelope["payload"]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        reason.contains("not a valid MessageEnvelope"),
+        "the rejection gives its reason: {reason:?}"
+    );
+    // Terminated once reported: nothing left to deliver again.
+    eventually(
+        Duration::from_secs(10),
+        "no outstanding commands",
+        || async { (client.commands_outstanding().await == 0).then_some(()) },
+    )
+    .await;
+    daemon.shutdown().await.unwrap();
+}
