@@ -3,9 +3,12 @@
 //! the connection just stops bringing anything back. Two things notice it within
 //! `[nats] link_timeout`: the client pings a third of it apart whenever nothing comes in and
 //! drops the connection after three unanswered pings; and this watch forces a reconnection
-//! when a batch of events waits out its bound and no PubAck came since it was handed over (a
-//! path silent only toward the broker, while requests to the API still come in, keeps the
-//! client from pinging). Either way the loss is logged with its cause and counted
+//! when a batch of events waits out its bound, no PubAck came since it was handed over, and a
+//! question to the broker's JetStream is not answered within [`PROBE_BOUND`] either (a path
+//! silent only toward the broker, while requests to the API still come in, keeps the client
+//! from pinging). The question tells a silent path from a wait that ran out on the daemon's
+//! side: a daemon paused (SIGSTOP, a VM suspended) past its bounds finds them all run out on
+//! waking, before it has read the answers waiting in its socket, and the path is fine. Either way the loss is logged with its cause and counted
 //! (`timer_broker_links_lost_total`), and readiness is red until the client is connected again.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -18,6 +21,10 @@ use crate::health::Health;
 
 /// How often the bytes received are sampled, to tell a silent path from a closed connection.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long the broker's JetStream may take to answer before the path counts as silent: ample
+/// for a broker 200 ms away, short beside the bound that ran out before it is asked.
+pub const PROBE_BOUND: Duration = Duration::from_secs(1);
 
 /// Shared, cheap to clone: the connection's events, the event bus and the sampler report here.
 #[derive(Clone)]
@@ -43,6 +50,8 @@ struct State {
     /// When the client last connected: what was handed over before says nothing of this
     /// connection.
     connected_at: Instant,
+    /// Whether a question to the broker is under way: one at a time.
+    probing: bool,
 }
 
 /// Why the link was lost.
@@ -78,6 +87,7 @@ impl LinkWatch {
                     answered_at: now,
                     forced_at: None,
                     connected_at: now,
+                    probing: false,
                 }),
             }),
         }
@@ -172,11 +182,17 @@ impl LinkWatch {
         self.state().answered_at = Instant::now();
     }
 
+    /// Whether the broker has answered anything since `since`.
+    pub fn answered_since(&self, since: Instant) -> bool {
+        self.state().answered_at >= since
+    }
+
     /// `what`, handed over at `since`, was not answered within its bound. If the broker has
-    /// acknowledged nothing since either, the link counts as lost and the client is made to
+    /// acknowledged nothing since either, its JetStream is asked a question; unanswered within
+    /// [`PROBE_BOUND`], the link counts as lost and the client is made to
     /// reconnect (at most once per `link_timeout`). A broker that still acknowledges other
     /// publishes sees no reconnection, nor does a connection made after `since` (the wait ran
-    /// out on the one before).
+    /// out on the one before), nor a broker that answers the question.
     pub fn unanswered(&self, what: &str, since: Instant) {
         let Some(client) = self.inner.client.get() else {
             return;
@@ -184,28 +200,84 @@ impl LinkWatch {
         if client.connection_state() != async_nats::connection::State::Connected {
             return;
         }
-        let timeout = self.inner.timeout;
         let mut state = self.state();
-        let unanswered_for = state.answered_at.elapsed();
-        let before_this_connection = since < state.connected_at;
-        if before_this_connection
-            || state.answered_at >= since
-            || state.forced_at.is_some_and(|at| at.elapsed() < timeout)
-        {
+        if self.holds(&state, since) || state.probing {
             return;
         }
-        state.forced_at = Some(Instant::now());
+        state.probing = true;
         drop(state);
+        let watch = self.clone();
+        let client = client.clone();
+        let what = what.to_owned();
+        tokio::spawn(async move {
+            let answered = round_trip(&client, PROBE_BOUND).await;
+            // The client may have found the loss itself meanwhile (its pings): counted once.
+            let connected = client.connection_state() == async_nats::connection::State::Connected;
+            match watch.after_question(answered, connected, since) {
+                Some(unanswered_for) => watch.force(&client, &what, unanswered_for).await,
+                None if answered => tracing::info!(
+                    actor = "broker",
+                    what,
+                    "unanswered, but the broker answered a question at once: the wait ran out \
+                     on this side (the daemon paused or starved); the link stays"
+                ),
+                None => {}
+            }
+        });
+    }
+
+    /// Settles the question asked after `since` went unanswered: how long nothing had been
+    /// answered when the link is to be counted lost, `None` when it stays.
+    fn after_question(&self, answered: bool, connected: bool, since: Instant) -> Option<Duration> {
+        let mut state = self.state();
+        state.probing = false;
+        if answered {
+            state.answered_at = Instant::now();
+            return None;
+        }
+        if !connected || self.holds(&state, since) {
+            return None;
+        }
+        state.forced_at = Some(Instant::now());
+        Some(state.answered_at.elapsed())
+    }
+
+    /// Whether the link is to be kept although `since` went unanswered: the broker answered
+    /// something after it, the client connected after it (the wait ran out on the connection
+    /// before), or this watch forced a reconnection a moment ago.
+    fn holds(&self, state: &State, since: Instant) -> bool {
+        state.answered_at >= since
+            || since < state.connected_at
+            || state
+                .forced_at
+                .is_some_and(|at| at.elapsed() < self.inner.timeout)
+    }
+
+    /// Counts the link lost to a silent path and makes the client reconnect.
+    async fn force(&self, client: &Client, what: &str, unanswered_for: Duration) {
+        let timeout = self.inner.timeout;
         lost(Loss::Silent);
         tracing::warn!(actor = "broker", what, unanswered_s = unanswered_for.as_secs_f64(),
             link_timeout = ?timeout,
             "broker link lost: the broker acknowledged nothing (a silent path); reconnecting");
         self.inner.health.set_broker_connected(false);
-        let client = client.clone();
         // The client's command queue may be full behind the silent connection: bounded.
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(timeout, client.force_reconnect()).await;
-        });
+        let _ = tokio::time::timeout(timeout, client.force_reconnect()).await;
+    }
+}
+
+/// Whether the broker's JetStream answers a question (the account's info) within `bound`:
+/// the path carries bytes both ways now and JetStream, which the daemon's waits were on,
+/// answers. An error JetStream sends back is an answer; "no responders" is not (no JetStream on
+/// this server: another may have one). Bounded as a whole, the client's command queue included
+/// (it may be full behind a silent connection).
+async fn round_trip(client: &Client, bound: Duration) -> bool {
+    use async_nats::jetstream::context::AccountErrorKind;
+    let jetstream = async_nats::jetstream::new(client.clone());
+    match tokio::time::timeout(bound, jetstream.query_account()).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => matches!(e.kind(), AccountErrorKind::JetStream(_)),
+        Err(_) => false,
     }
 }
 
