@@ -5,8 +5,6 @@
 //! 500, the `-many` figures), that many due at one instant, and the steady loads of `--rates`. The daemon's
 //! backlog ingest also gives the time from its start to its first applied command.
 
-use std::time::Duration;
-
 use super::Ctx;
 use crate::Figures;
 use crate::workloads::{self, Carried, Driver, Intake, PeerLateness, PeerStore, Redis};
@@ -22,11 +20,6 @@ pub const PEERS: [(&str, &str); 3] = [
 /// Timers in each ScheduleTimers of the `-many` ingests: as the peers' bulk calls take them
 /// (BullMQ's `addBulk`, pg-boss's `insert()` of 1,000), within the 64 KiB a command may have.
 const TIMERS_PER_MESSAGE: usize = 500;
-
-/// How far ahead timers due at one instant are: long enough to store `n` first.
-fn fire_lead(n: usize) -> Duration {
-    Duration::from_secs(4) + Duration::from_millis(n as u64 / 20)
-}
 
 pub(super) async fn peers(ctx: &Ctx<'_>, f: &mut Figures) {
     let args = ctx.args;
@@ -121,7 +114,8 @@ async fn ours(ctx: &Ctx<'_>, f: &mut Figures, backend: &Backend, n: usize) {
     let w = ctx
         .world(&format!("peers-fire-{tag}-{n}"), backend, None)
         .await;
-    let fire = workloads::fire_with(&w, n, &daemons, Carried::default(), fire_lead(n)).await;
+    let fire =
+        workloads::fire_with(&w, n, &daemons, Carried::default(), workloads::fire_lead(n)).await;
     f.run(&format!("peers.fire.{n}.{tag}"), fire);
 }
 

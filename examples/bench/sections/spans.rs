@@ -15,8 +15,8 @@ use crate::Figures;
 use crate::tls_front::TlsFront;
 use crate::workloads::{self, Carried};
 
-/// How far ahead the fired timers are due.
-const FIRE_LEAD: Duration = Duration::from_secs(6);
+/// How much longer than a bare fire the traced timers' lead is: their rows are written twice.
+const SECOND_WRITE: Duration = Duration::from_secs(2);
 
 /// Where a variant's spans go.
 #[derive(Clone, Copy)]
@@ -74,7 +74,14 @@ pub(super) async fn spans(ctx: &Ctx<'_>, f: &mut Figures) {
         let w = ctx
             .world(&format!("spans-fire-{label}"), &ctx.sqlite, None)
             .await;
-        let fire = workloads::fire_with(&w, args.fire_n, &daemons, carried, FIRE_LEAD).await;
+        let fire = workloads::fire_with(
+            &w,
+            args.fire_n,
+            &daemons,
+            carried,
+            workloads::fire_lead(args.fire_n) + SECOND_WRITE,
+        )
+        .await;
         f.run(&format!("spans.fire.{label}"), fire);
         let received = collector.spans() - before;
         f.rate(format!("spans.received.fire.{label}"), received as f64);

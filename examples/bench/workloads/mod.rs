@@ -32,7 +32,8 @@ mod tenants;
 
 pub use api::api_throughput;
 pub use backlog::{
-    Failure, Intake, catch_up, failover, fire, fire_with, ingest, ingest_observed, ingest_with,
+    Failure, Intake, catch_up, failover, fire, fire_lead, fire_with, ingest, ingest_observed,
+    ingest_with,
 };
 pub use backup::{backups_under_load, writer_beside_backups};
 pub use cancel::{BULK_TENANT, cancel_under_load};
