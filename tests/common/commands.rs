@@ -3,6 +3,21 @@
 use chrono::Utc;
 use serde_json::{Value, json};
 
+/// The envelope of a command of `kind` around `payload`, with a fresh id and no correlation or
+/// causation id.
+fn envelope(kind: &str, tenant: &str, aggregate_id: Value, payload: Value) -> Value {
+    json!({
+        "id": uuid::Uuid::now_v7(),
+        "type": kind,
+        "tenantId": tenant,
+        "timestampMs": Utc::now().timestamp_millis(),
+        "correlationId": null,
+        "causationId": null,
+        "aggregateId": aggregate_id,
+        "payload": payload,
+    })
+}
+
 /// A ScheduleTimer envelope, as a client writes it.
 pub fn schedule_command(
     tenant: &str,
@@ -18,30 +33,13 @@ pub fn schedule_command(
     if let Some(c) = correlation_id {
         payload["correlationId"] = json!(c);
     }
-    json!({
-        "id": uuid::Uuid::now_v7(),
-        "type": "ScheduleTimer",
-        "tenantId": tenant,
-        "timestampMs": Utc::now().timestamp_millis(),
-        "correlationId": null,
-        "causationId": null,
-        "aggregateId": service_call_id,
-        "payload": payload,
-    })
+    envelope("ScheduleTimer", tenant, json!(service_call_id), payload)
 }
 
 /// A CancelTimer envelope, as a client writes it.
 pub fn cancel_command(tenant: &str, service_call_id: &str) -> Value {
-    json!({
-        "id": uuid::Uuid::now_v7(),
-        "type": "CancelTimer",
-        "tenantId": tenant,
-        "timestampMs": Utc::now().timestamp_millis(),
-        "correlationId": null,
-        "causationId": null,
-        "aggregateId": service_call_id,
-        "payload": { "tenantId": tenant, "serviceCallId": service_call_id },
-    })
+    let payload = json!({ "tenantId": tenant, "serviceCallId": service_call_id });
+    envelope("CancelTimer", tenant, json!(service_call_id), payload)
 }
 
 /// A CancelTimers envelope of `tenant` with the filter `filter` (`{"all": true}`, a
@@ -49,16 +47,7 @@ pub fn cancel_command(tenant: &str, service_call_id: &str) -> Value {
 pub fn cancel_timers_command(tenant: &str, filter: Value) -> Value {
     let mut payload = filter;
     payload["tenantId"] = json!(tenant);
-    json!({
-        "id": uuid::Uuid::now_v7(),
-        "type": "CancelTimers",
-        "tenantId": tenant,
-        "timestampMs": Utc::now().timestamp_millis(),
-        "correlationId": null,
-        "causationId": null,
-        "aggregateId": null,
-        "payload": payload,
-    })
+    envelope("CancelTimers", tenant, Value::Null, payload)
 }
 
 /// A ScheduleTimers envelope of `tenant` holding `timers` (each a ScheduleTimer's payload

@@ -7,6 +7,12 @@ use std::time::Duration;
 
 use super::{NatsServer, Scratch, eventually};
 
+/// A configuration file that does not exist: the daemon runs on its defaults and the
+/// environment a test gives it.
+fn absent_config(scratch: &Scratch) -> PathBuf {
+    scratch.dir.path().join("absent-config.toml")
+}
+
 /// The daemon binary as a child process, for SIGKILL and SIGTERM.
 pub struct DaemonProcess {
     child: Child,
@@ -31,8 +37,7 @@ impl DaemonProcess {
         env: &[(&str, &str)],
         unset: &[&str],
     ) -> Self {
-        let config = scratch.dir.path().join("absent-config.toml");
-        Self::start_configured(server, scratch, &config, env, unset)
+        Self::start_configured(server, scratch, &absent_config(scratch), env, unset)
     }
 
     /// Like [`Self::start_without`], reading the configuration file `config`.
@@ -55,8 +60,7 @@ impl DaemonProcess {
         scratch: &Scratch,
         env: &[(&str, &str)],
     ) -> Self {
-        let config = scratch.dir.path().join("absent-config.toml");
-        Self::launch(binary, server, scratch, &config, env, &[])
+        Self::launch(binary, server, scratch, &absent_config(scratch), env, &[])
     }
 
     fn launch(

@@ -71,8 +71,6 @@ pub fn cancel_at(
     timer_service::domain::Command {
         action: timer_service::domain::Action::Cancel,
         received_at: at,
-        trace: None,
-        item: None,
         ..schedule_at(tenant, id, seq, at)
     }
 }
