@@ -1,7 +1,8 @@
 //! A rejection the broker does not take (docs/CONTRACT.md §3): while the service's user may not
 //! publish on one tenant's rejection subject, that tenant's bad command is handed back and
-//! decided again, never terminated unreported, and its rejection is published once the
-//! permission is granted. The other tenants' commands are stored and fire meanwhile.
+//! decided again, not terminated unreported, and its rejection is published once the
+//! permission is granted. The other tenants' commands are stored and fire meanwhile. A
+//! permission never granted costs ten deliveries, then the command is terminated.
 
 mod common;
 
@@ -44,9 +45,8 @@ fn refusals(server: &NatsServer, subject: &str) -> usize {
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rejection_the_broker_refused_is_published_once_it_can_be() {
-    let denied = "timer.evt.rejected.acme";
+/// The daemon as the service user of a server that denies it `denied`, and a client.
+async fn started(denied: &str) -> (NatsServer, Scratch, Daemon, TestClient) {
     let server = NatsServer::start_with_config(|port, store| server_config(port, store, &[denied]));
     let scratch = Scratch::new();
     let mut daemon_config = config(&server, &scratch);
@@ -55,6 +55,13 @@ async fn a_rejection_the_broker_refused_is_published_once_it_can_be() {
     let daemon = Daemon::start(daemon_config).await.expect("daemon starts");
     let client = TestClient::connect(&server).await;
     client.wait_for_command_stream().await;
+    (server, scratch, daemon, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_the_broker_refused_is_published_once_it_can_be() {
+    let denied = "timer.evt.rejected.acme";
+    let (server, _scratch, daemon, client) = started(denied).await;
 
     client
         .publish_raw("timer.cmd.schedule.acme", b"{not json".to_vec())
@@ -98,5 +105,32 @@ async fn a_rejection_the_broker_refused_is_published_once_it_can_be() {
         || async { (client.commands_outstanding().await == 0).then_some(()) },
     )
     .await;
+    daemon.shutdown().await.unwrap();
+}
+
+/// The deliveries after which a command whose rejection is still not published is terminated
+/// (`command_handler::rejection::UNREPORTED_DELIVERIES`).
+const UNREPORTED_DELIVERIES: usize = 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_the_broker_never_takes_is_given_up_after_ten_deliveries() {
+    let denied = "timer.evt.rejected.acme";
+    let (server, _scratch, daemon, client) = started(denied).await;
+
+    client
+        .publish_raw("timer.cmd.schedule.acme", b"{not json".to_vec())
+        .await;
+    // Each delivery waits out the PubAck's 5 s, then 1 s before the next.
+    eventually(
+        Duration::from_secs(120),
+        "the command terminated",
+        || async { (client.commands_outstanding().await == 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        refusals(&server, denied),
+        UNREPORTED_DELIVERIES,
+        "one publish refused per delivery"
+    );
     daemon.shutdown().await.unwrap();
 }

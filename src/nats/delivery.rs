@@ -19,8 +19,8 @@ pub struct Delivered {
     pub message: async_nats::Message,
     /// Its sequence in the command stream.
     pub sequence: u64,
-    /// Whether the broker delivered it before.
-    pub redelivered: bool,
+    /// How many times the broker has delivered it, this time included.
+    pub deliveries: u64,
     /// The broker's count of commands pending on its consumer behind it.
     pub pending: u64,
     pub delivery: Arc<JetStreamDelivery>,
@@ -30,8 +30,12 @@ impl Delivered {
     /// Takes a delivered message and holds it in `keep_alive`. A message without JetStream
     /// metadata cannot be ordered: it is terminated, and `None` returned.
     pub fn take(message: jetstream::Message, keep_alive: &KeepAlive) -> Option<Self> {
-        let (sequence, redelivered, pending) = match message.info() {
-            Ok(info) => (info.stream_sequence, info.delivered > 1, info.pending),
+        let (sequence, deliveries, pending) = match message.info() {
+            Ok(info) => (
+                info.stream_sequence,
+                u64::try_from(info.delivered).unwrap_or(1),
+                info.pending,
+            ),
             Err(e) => {
                 tracing::error!(actor = "command_handler", subject = %message.subject, error = %e,
                     "delivered message has no JetStream metadata; terminating it");
@@ -47,7 +51,7 @@ impl Delivered {
         Some(Self {
             message,
             sequence,
-            redelivered,
+            deliveries,
             pending,
             delivery,
         })
@@ -64,7 +68,7 @@ impl Delivered {
             self.message.payload,
             self.sequence,
             stream,
-            self.redelivered,
+            self.deliveries,
             self.delivery,
         );
         command.with_trace(trace)

@@ -130,7 +130,7 @@ impl UnreadCommands for JetStreamStrays {
                     message.payload,
                     message.sequence,
                     incarnation.clone(),
-                    false,
+                    1,
                     delivery,
                 );
                 out.push(command.with_trace(trace));

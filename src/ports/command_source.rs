@@ -41,9 +41,9 @@ pub struct InboundCommand {
     /// The incarnation of the command stream that delivered it (a stream deleted and created
     /// again numbers from 1 anew).
     pub stream: Arc<StreamIncarnation>,
-    /// Whether the broker delivered it before (it was handed back, or its daemon stopped
-    /// before settling it).
-    pub redelivered: bool,
+    /// How many times the broker has delivered it, this time included: more than 1 when it was
+    /// handed back, or its daemon stopped before settling it.
+    pub deliveries: u64,
     /// Shared with the adapter's keep-alive, which reports it in progress until it is
     /// dropped; `None` once settled.
     delivery: Option<Arc<dyn Delivery>>,
@@ -59,7 +59,7 @@ impl InboundCommand {
         payload: Bytes,
         sequence: u64,
         stream: Arc<StreamIncarnation>,
-        redelivered: bool,
+        deliveries: u64,
         delivery: Arc<dyn Delivery>,
     ) -> Self {
         Self {
@@ -67,7 +67,7 @@ impl InboundCommand {
             payload,
             sequence,
             stream,
-            redelivered,
+            deliveries,
             delivery: Some(delivery),
             trace: None,
             received_at: SystemTime::now(),
@@ -111,7 +111,7 @@ impl InboundCommand {
                 payload: self.payload.clone(),
                 sequence: self.sequence,
                 stream: self.stream.clone(),
-                redelivered: self.redelivered,
+                deliveries: self.deliveries,
                 delivery: parts.clone(),
                 trace: self.trace.clone(),
                 received_at: self.received_at,
@@ -223,7 +223,7 @@ impl std::fmt::Debug for InboundCommand {
             .field("subject", &self.subject)
             .field("sequence", &self.sequence)
             .field("stream", &self.stream)
-            .field("redelivered", &self.redelivered)
+            .field("deliveries", &self.deliveries)
             .field("bytes", &self.payload.len())
             .finish()
     }
@@ -297,7 +297,7 @@ mod tests {
             Bytes::new(),
             7,
             stream,
-            false,
+            1,
             recorded.clone(),
         );
         (recorded, whole.into_parts(count))

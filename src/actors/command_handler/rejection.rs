@@ -21,6 +21,29 @@ pub(super) type RejectionId = (u64, Option<u32>);
 /// the rejection follows soon after the path is back.
 pub(super) const UNREPORTED_RETRY: Duration = Duration::from_secs(1);
 
+/// The delivery at which a command whose rejection is still not published is terminated all
+/// the same, the rejection left in the log (about a minute of a broker that takes deliveries
+/// but not this publish: a permission missing for good). Without a bound such commands would
+/// pile up unsettled on the consumer, up to its `max_ack_pending`, and hold every tenant's.
+pub(super) const UNREPORTED_DELIVERIES: u64 = 10;
+
+/// What becomes of a rejected command's delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    /// Never delivered again.
+    Terminate,
+    /// Delivered again after [`UNREPORTED_RETRY`], to be decided and reported again.
+    Retry,
+}
+
+/// The settle of a command delivered `deliveries` times whose rejection was `reported`.
+fn settle(reported: bool, deliveries: u64) -> Settle {
+    match reported || deliveries >= UNREPORTED_DELIVERIES {
+        true => Settle::Terminate,
+        false => Settle::Retry,
+    }
+}
+
 /// Reports each refused command on the rejection subject, then terminates it on the broker; one
 /// whose report was not published is handed back for [`UNREPORTED_RETRY`] instead.
 pub(super) async fn reject(
@@ -90,17 +113,29 @@ pub(super) async fn reject(
             "rejection events not published; their commands are handed back to be rejected again");
     }
     let mut terminated = 0;
+    let mut abandoned = 0;
     let mut settled = Vec::with_capacity(rejected.len());
     for ((command, _, _), event) in rejected.into_iter().zip(event_of) {
         // An event `publish_all` gave no answer for counts as not published.
         let reported = event.is_none_or(|i| published.get(i).copied().unwrap_or(false));
-        terminated += u64::from(reported);
+        let how = settle(reported, command.deliveries);
+        terminated += u64::from(how == Settle::Terminate);
+        abandoned += usize::from(how == Settle::Terminate && !reported);
         settled.push(async move {
-            match reported {
-                true => command.term().await,
-                false => command.retry_after(UNREPORTED_RETRY).await,
+            match how {
+                Settle::Terminate => command.term().await,
+                Settle::Retry => command.retry_after(UNREPORTED_RETRY).await,
             }
         });
+    }
+    if abandoned > 0 {
+        tracing::error!(
+            actor = "command_handler",
+            commands = abandoned,
+            deliveries = UNREPORTED_DELIVERIES,
+            "rejection events still not published; their commands are terminated, the rejections \
+             stay in this log only"
+        );
     }
     join_all(settled).await;
     let ended = SystemTime::now();
@@ -109,4 +144,17 @@ pub(super) async fn reject(
     }
     metrics::counter!(crate::telemetry::COMMANDS_RECEIVED, "outcome" => "rejected")
         .increment(terminated);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_is_terminated_once_reported_or_past_its_deliveries_and_retried_otherwise() {
+        assert_eq!(settle(true, 1), Settle::Terminate);
+        assert_eq!(settle(false, 1), Settle::Retry);
+        assert_eq!(settle(false, UNREPORTED_DELIVERIES - 1), Settle::Retry);
+        assert_eq!(settle(false, UNREPORTED_DELIVERIES), Settle::Terminate);
+    }
 }

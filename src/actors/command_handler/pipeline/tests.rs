@@ -38,7 +38,7 @@ fn accepted(command: crate::domain::Command) -> Accepted {
         Bytes::new(),
         command.seq,
         stream,
-        false,
+        1,
         Arc::new(Nowhere),
     );
     Accepted { command, inbound }
