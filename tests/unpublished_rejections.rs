@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{NatsServer, Scratch, TestClient, config, eventually};
+use common::{NatsServer, Scratch, TestClient, config, eventually, quota_checks};
 use timer_service::Daemon;
 
 /// A server whose service user may publish anywhere but on `denied` (none when empty); a client
@@ -45,7 +45,8 @@ fn refusals(server: &NatsServer, subject: &str) -> usize {
         .count()
 }
 
-/// The daemon as the service user of a server that denies it `denied`, and a client.
+/// The daemon as the service user of a server that denies it `denied`, and a client that has
+/// sent acme a command that is not JSON.
 async fn started(denied: &str) -> (NatsServer, Scratch, Daemon, TestClient) {
     let server = NatsServer::start_with_config(|port, store| server_config(port, store, &[denied]));
     let scratch = Scratch::new();
@@ -55,6 +56,9 @@ async fn started(denied: &str) -> (NatsServer, Scratch, Daemon, TestClient) {
     let daemon = Daemon::start(daemon_config).await.expect("daemon starts");
     let client = TestClient::connect(&server).await;
     client.wait_for_command_stream().await;
+    client
+        .publish_raw("timer.cmd.schedule.acme", b"{not json".to_vec())
+        .await;
     (server, scratch, daemon, client)
 }
 
@@ -62,10 +66,6 @@ async fn started(denied: &str) -> (NatsServer, Scratch, Daemon, TestClient) {
 async fn a_rejection_the_broker_refused_is_published_once_it_can_be() {
     let denied = "timer.evt.rejected.acme";
     let (server, _scratch, daemon, client) = started(denied).await;
-
-    client
-        .publish_raw("timer.cmd.schedule.acme", b"{not json".to_vec())
-        .await;
     // Refused once, then decided and refused again: the command was handed back, not
     // terminated with its rejection unpublished.
     eventually(
@@ -99,12 +99,7 @@ async fn a_rejection_the_broker_refused_is_published_once_it_can_be() {
         "the rejection gives its reason: {reason:?}"
     );
     // Terminated once reported: nothing left to deliver again.
-    eventually(
-        Duration::from_secs(10),
-        "no outstanding commands",
-        || async { (client.commands_outstanding().await == 0).then_some(()) },
-    )
-    .await;
+    quota_checks::all_handled(&client).await;
     daemon.shutdown().await.unwrap();
 }
 
@@ -116,10 +111,6 @@ const UNREPORTED_DELIVERIES: usize = 10;
 async fn a_rejection_the_broker_never_takes_is_given_up_after_ten_deliveries() {
     let denied = "timer.evt.rejected.acme";
     let (server, _scratch, daemon, client) = started(denied).await;
-
-    client
-        .publish_raw("timer.cmd.schedule.acme", b"{not json".to_vec())
-        .await;
     // Each delivery waits out the PubAck's 5 s, then 1 s before the next.
     eventually(
         Duration::from_secs(120),

@@ -45,7 +45,8 @@ fn settle(reported: bool, deliveries: u64) -> Settle {
 }
 
 /// Reports each refused command on the rejection subject, then terminates it on the broker; one
-/// whose report was not published is handed back for [`UNREPORTED_RETRY`] instead.
+/// whose report was not published is handed back for [`UNREPORTED_RETRY`] instead, until its
+/// [`UNREPORTED_DELIVERIES`]th delivery.
 pub(super) async fn reject(
     args: &CommandHandlerArgs,
     rejected: Vec<(InboundCommand, Rejection, RejectionId)>,
@@ -66,7 +67,6 @@ pub(super) async fn reject(
         tracing::warn!(actor = "command_handler", tenant_id = %rejection.tenant_id,
             subject = %command.subject, sequence = command.sequence, reason = %rejection.reason,
             "command rejected");
-        crate::telemetry::record_rejected(&rejection.tenant_id, rejection.kind);
         let envelope = timer_command_rejected(
             &rejection.tenant_id,
             &rejection.reason,
@@ -115,10 +115,14 @@ pub(super) async fn reject(
     let mut terminated = 0;
     let mut abandoned = 0;
     let mut settled = Vec::with_capacity(rejected.len());
-    for ((command, _, _), event) in rejected.into_iter().zip(event_of) {
+    for ((command, rejection, _), event) in rejected.into_iter().zip(event_of) {
         // An event `publish_all` gave no answer for counts as not published.
         let reported = event.is_none_or(|i| published.get(i).copied().unwrap_or(false));
         let how = settle(reported, command.deliveries);
+        if how == Settle::Terminate {
+            // Counted once settled: a command handed back is counted when it comes to an end.
+            crate::telemetry::record_rejected(&rejection.tenant_id, rejection.kind);
+        }
         terminated += u64::from(how == Settle::Terminate);
         abandoned += usize::from(how == Settle::Terminate && !reported);
         settled.push(async move {
