@@ -46,8 +46,8 @@ async fn start(
 }
 
 /// A forecast of a day over 60,000 timers runs far past a limit of one millisecond: it is
-/// stopped and answered 503 with `retryAfterMs`, the reader connection answers the next request
-/// at once, and the daemon stays ready (a stopped read is no storage fault).
+/// stopped and answered 503 with `retryAfterMs`, the reader connection answers the next requests
+/// (a point read, retried while it too passes the limit), and the daemon stays ready (a stopped read is no storage fault).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_past_the_time_limit_is_answered_503_and_the_daemon_keeps_serving() {
     let server = NatsServer::start();
@@ -67,11 +67,34 @@ async fn a_read_past_the_time_limit_is_answered_503_and_the_daemon_keeps_serving
     assert!(reason.contains("ran longer than 1 ms"), "{reason}");
     assert!(body["retryAfterMs"].as_u64().unwrap() > 0, "{body}");
 
-    // The same connection serves the next read, of another tenant.
-    let (code, body) = client
-        .api_request("timer.api.get.small", json!({ "serviceCallId": "none" }))
-        .await;
-    assert_eq!(code, Some(404), "{body}");
+    // The same connection serves the next read, of another tenant. Even a point read may pass
+    // one millisecond on a loaded machine (PostgreSQL counts its round trips), so it is asked
+    // again, a bounded number of times: each refusal must be the time limit's, and one answer
+    // must come. A connection left stuck would refuse all of them.
+    let mut answered = false;
+    for _ in 0..50 {
+        let (code, body) = client
+            .api_request("timer.api.get.small", json!({ "serviceCallId": "none" }))
+            .await;
+        match code {
+            Some(404) => {
+                answered = true;
+                break;
+            }
+            Some(503) => assert!(
+                body["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("ran longer than 1 ms"),
+                "{body}"
+            ),
+            _ => panic!("unexpected answer {code:?}: {body}"),
+        }
+    }
+    assert!(
+        answered,
+        "the reader connection answered no read after the stopped one"
+    );
     client.barrier("small").await;
     assert!(
         daemon
