@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio_util::task::TaskTracker;
 
 use super::registry::Registry;
 use super::supervisor::NamedActor;
@@ -72,6 +73,9 @@ pub struct CommandHandlerState {
     failed_pulls: Retries,
     pipeline: Pipeline,
     epochs: Epochs,
+    /// The intake's rejections under way (`intake`): a graceful stop lets them settle their
+    /// commands within its budget; a crash leaves them running to the end.
+    rejections: TaskTracker,
 }
 
 pub enum CommandHandlerMsg {
@@ -98,6 +102,7 @@ impl Actor for CommandHandler {
             failed_pulls: Retries::default(),
             pipeline,
             epochs: Epochs::new(),
+            rejections: TaskTracker::new(),
         })
     }
 
@@ -111,9 +116,9 @@ impl Actor for CommandHandler {
     }
 
     /// On a graceful stop, the commands the broker already sent on the open pull request are
-    /// handled too, so none waits out the redelivery timeout; within the stop's budget
-    /// (`crate::stop`): what is not committed by then is not acknowledged, and the broker
-    /// delivers it again.
+    /// handled too, so none waits out the redelivery timeout, and the rejections under way are
+    /// published; within the stop's budget (`crate::stop`): what is not committed or rejected
+    /// by then is not settled, and the broker delivers it again.
     async fn post_stop(
         &self,
         _myself: ActorRef<Self::Msg>,
@@ -181,7 +186,7 @@ impl Actor for CommandHandler {
 }
 
 /// Handles what the broker sent on the open pull request before the stop, and lets the
-/// pipeline's stores finish.
+/// pipeline's stores and the intake's rejections finish.
 async fn finish(state: &mut CommandHandlerState) {
     match state.source.drain().await {
         Ok(commands) if !commands.is_empty() => {
@@ -197,4 +202,6 @@ async fn finish(state: &mut CommandHandlerState) {
             "could not drain the open pull request; the broker will redeliver"),
     }
     state.pipeline.finish(&state.args).await;
+    state.rejections.close();
+    state.rejections.wait().await;
 }

@@ -89,9 +89,11 @@ pub(super) async fn handle_batch(state: &mut CommandHandlerState, commands: Vec<
     }
     if !rejected.is_empty() {
         // Reported beside the intake: a rejection event waiting out the broker's answer must
-        // not hold the commands behind it.
+        // not hold the commands behind it. Tracked, so that a graceful stop waits for it.
         let args = args.clone();
-        tokio::spawn(async move { reject(&args, rejected).await });
+        state
+            .rejections
+            .spawn(async move { reject(&args, rejected).await });
     }
     if !unordered.is_empty() {
         let cause = "their stream's epoch is unknown".to_owned();
