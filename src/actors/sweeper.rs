@@ -43,6 +43,8 @@ pub struct StrayCommands {
     seen: HashSet<Key>,
     /// What was handed over, and when.
     handed: HashMap<Key, Instant>,
+    /// How many times each command still found was handed over.
+    hand_overs: HashMap<Key, u64>,
 }
 
 impl Periodic for StrayCommands {
@@ -58,6 +60,7 @@ impl Periodic for StrayCommands {
             args,
             seen: HashSet::new(),
             handed: HashMap::new(),
+            hand_overs: HashMap::new(),
         }
     }
 
@@ -88,13 +91,18 @@ async fn look(state: &mut StrayCommands) -> Result<(), String> {
         .retain(|_, at| now.duration_since(*at) < HAND_AGAIN_AFTER);
     let key = |c: &InboundCommand| (c.stream.created_ns, c.sequence);
     let seen = found.iter().map(key).collect();
-    let ready: Vec<InboundCommand> = found
+    let mut ready: Vec<InboundCommand> = found
         .into_iter()
         .filter(|c| state.seen.contains(&key(c)) && !state.handed.contains_key(&key(c)))
         .collect();
     state.seen = seen;
     if ready.is_empty() {
         return Ok(());
+    }
+    let keys: Vec<Key> = ready.iter().map(key).collect();
+    let counts = count_hand_overs(&mut state.hand_overs, &state.seen, &keys);
+    for (command, deliveries) in ready.iter_mut().zip(counts) {
+        command.deliveries = deliveries;
     }
     let Some(handler) = state
         .args
@@ -103,7 +111,6 @@ async fn look(state: &mut StrayCommands) -> Result<(), String> {
     else {
         return Ok(());
     };
-    let keys: Vec<Key> = ready.iter().map(key).collect();
     tracing::info!(
         actor = StrayCommands::NAME,
         commands = ready.len(),
@@ -113,4 +120,46 @@ async fn look(state: &mut StrayCommands) -> Result<(), String> {
         state.handed.extend(keys.into_iter().map(|k| (k, now)));
     }
     Ok(())
+}
+
+/// Counts one more hand-over of each of `keys` in `hand_overs`, forgetting the commands the
+/// last look no longer found (`seen`), and returns each one's count. A stray's hand-overs are
+/// its deliveries, as the broker counts a consumer's: so a rejection that stays unpublished is
+/// given up at the tenth (docs/CONTRACT.md §3) for it too, not retried every
+/// [`HAND_AGAIN_AFTER`] for as long as the daemon runs.
+fn count_hand_overs(
+    hand_overs: &mut HashMap<Key, u64>,
+    seen: &HashSet<Key>,
+    keys: &[Key],
+) -> Vec<u64> {
+    hand_overs.retain(|key, _| seen.contains(key));
+    keys.iter()
+        .map(|key| {
+            let count = hand_overs.entry(*key).or_insert(0);
+            *count += 1;
+            *count
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stray_is_delivered_once_more_at_each_hand_over_until_it_is_gone() {
+        let mut hand_overs = HashMap::new();
+        let (a, b) = ((1, 7), (1, 8));
+        let seen: HashSet<Key> = [a, b].into();
+        assert_eq!(count_hand_overs(&mut hand_overs, &seen, &[a]), [1]);
+        assert_eq!(count_hand_overs(&mut hand_overs, &seen, &[a, b]), [2, 1]);
+        // `a` settled (removed from the stream): its count goes with it.
+        let seen: HashSet<Key> = [b].into();
+        assert_eq!(count_hand_overs(&mut hand_overs, &seen, &[b]), [2]);
+        assert_eq!(hand_overs, HashMap::from([(b, 2)]));
+        // The same sequence in a stream created anew is another command.
+        let c = (2, 7);
+        let seen: HashSet<Key> = [b, c].into();
+        assert_eq!(count_hand_overs(&mut hand_overs, &seen, &[c]), [1]);
+    }
 }

@@ -130,6 +130,7 @@ impl UnreadCommands for JetStreamStrays {
                     message.payload,
                     message.sequence,
                     incarnation.clone(),
+                    // Counted by the Sweeper, which hands it over (`actors::sweeper`).
                     1,
                     delivery,
                 );
