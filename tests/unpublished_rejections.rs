@@ -2,7 +2,8 @@
 //! publish on one tenant's rejection subject, that tenant's bad command is handed back and
 //! decided again, not terminated unreported, and its rejection is published once the
 //! permission is granted. The other tenants' commands are stored and fire meanwhile. A
-//! permission never granted costs ten deliveries, then the command is terminated.
+//! permission never granted costs ten deliveries, then the command is terminated. A quota
+//! refusal decided again meanwhile is counted once.
 
 mod common;
 
@@ -45,17 +46,27 @@ fn refusals(server: &NatsServer, subject: &str) -> usize {
         .count()
 }
 
-/// The daemon as the service user of a server that denies it `denied`, and a client that has
-/// sent acme a command that is not JSON.
-async fn started(denied: &str) -> (NatsServer, Scratch, Daemon, TestClient) {
+/// The daemon (its configuration changed by `tweak`) as the service user of a server that
+/// denies it `denied`, and a client.
+async fn denied_daemon(
+    denied: &str,
+    tweak: impl FnOnce(&mut timer_service::config::Config),
+) -> (NatsServer, Scratch, Daemon, TestClient) {
     let server = NatsServer::start_with_config(|port, store| server_config(port, store, &[denied]));
     let scratch = Scratch::new();
     let mut daemon_config = config(&server, &scratch);
     daemon_config.nats.user = Some("timer-service".into());
     daemon_config.nats.password = Some("service-secret".into());
+    tweak(&mut daemon_config);
     let daemon = Daemon::start(daemon_config).await.expect("daemon starts");
     let client = TestClient::connect(&server).await;
     client.wait_for_command_stream().await;
+    (server, scratch, daemon, client)
+}
+
+/// [`denied_daemon`], and a client that has sent acme a command that is not JSON.
+async fn started(denied: &str) -> (NatsServer, Scratch, Daemon, TestClient) {
+    let (server, scratch, daemon, client) = denied_daemon(denied, |_| {}).await;
     client
         .publish_raw("timer.cmd.schedule.acme", b"{not json".to_vec())
         .await;
@@ -122,6 +133,64 @@ async fn a_rejection_the_broker_never_takes_is_given_up_after_ten_deliveries() {
         refusals(&server, denied),
         UNREPORTED_DELIVERIES,
         "one publish refused per delivery"
+    );
+    daemon.shutdown().await.unwrap();
+}
+
+/// A quota refusal decided again at each delivery while its rejection cannot be published is
+/// counted once in `timer_quota_rejections_total`, when it is settled (docs/CONTRACT.md §7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_refusal_handed_back_is_counted_once() {
+    let denied = "timer.evt.rejected.acme";
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let (server, scratch, daemon, client) = denied_daemon(denied, |config| {
+        config.http.listen = addr.clone();
+        config.quotas.tenants = std::collections::BTreeMap::from([(
+            "acme".to_owned(),
+            timer_service::config::TenantQuotaSettings {
+                max_pending: Some(1),
+                ..Default::default()
+            },
+        )]);
+    })
+    .await;
+    let keys = [("acme".to_owned(), "first".to_owned())];
+    quota_checks::publish_schedules(&client, &keys).await;
+    eventually(
+        Duration::from_secs(20),
+        "the first timer stored",
+        || async { (quota_checks::pending(&scratch, "acme").await == 1).then_some(()) },
+    )
+    .await;
+    let keys = [("acme".to_owned(), "second".to_owned())];
+    quota_checks::publish_schedules(&client, &keys).await;
+    eventually(
+        Duration::from_secs(30),
+        "the refusal's rejection refused twice by the broker",
+        || async { (refusals(&server, denied) >= 2).then_some(()) },
+    )
+    .await;
+
+    server.reconfigure(|port, store| server_config(port, store, &[]));
+    client
+        .await_events("timer.evt.rejected.acme", 1, Duration::from_secs(30))
+        .await;
+    quota_checks::all_handled(&client).await;
+    let counted = common::http_get(&addr, "/metrics")
+        .await
+        .and_then(|(_, body)| {
+            body.lines().find_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let wanted = series.starts_with("timer_quota_rejections_total{")
+                    && series.contains("tenant=\"acme\"")
+                    && series.contains("quota=\"max_pending\"");
+                wanted.then(|| value.parse::<f64>().ok())?
+            })
+        });
+    assert_eq!(
+        counted,
+        Some(1.0),
+        "one refused command, decided at least twice"
     );
     daemon.shutdown().await.unwrap();
 }

@@ -13,6 +13,7 @@ use super::data::TimerData;
 use super::envelope::MessageEnvelope;
 use super::expiry::{expires_at, parse_expire_after};
 use super::ids::{check_correlation_id, check_service_call_id};
+use super::quota::Quota;
 use super::schedule_many::{self, SCHEDULE_TIMERS, ScheduleTimersPayload};
 use super::schema_types;
 use super::subjects::{CommandKind, Subjects, UNKNOWN_TENANT};
@@ -104,19 +105,26 @@ pub enum RejectionKind {
     Order,
     /// The database refused to store it.
     Refused,
-    /// Its tenant is past a quota (§9).
-    Quota,
+    /// Its tenant is past this quota (§9).
+    Quota(Quota),
 }
 
 impl RejectionKind {
-    pub const ALL: [RejectionKind; 4] = [Self::Invalid, Self::Order, Self::Refused, Self::Quota];
+    /// Every kind (each quota's: both count under the one label `quota`).
+    pub const ALL: [RejectionKind; 5] = [
+        Self::Invalid,
+        Self::Order,
+        Self::Refused,
+        Self::Quota(Quota::MaxPending),
+        Self::Quota(Quota::CommandsPerSecond),
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Invalid => "invalid",
             Self::Order => "order",
             Self::Refused => "refused",
-            Self::Quota => "quota",
+            Self::Quota(_) => "quota",
         }
     }
 }

@@ -108,7 +108,7 @@ impl fmt::Display for Quotas {
 }
 
 /// Which limit a command exceeded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Quota {
     MaxPending,
     CommandsPerSecond,

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use futures::future::join_all;
 
 use super::CommandHandlerArgs;
-use crate::domain::Rejection;
 use crate::domain::events::{rejection_message_id, timer_command_rejected};
+use crate::domain::{Rejection, RejectionKind};
 use crate::ports::{InboundCommand, OutgoingEvent};
 
 /// What a rejection event's `Nats-Msg-Id` is made of: the command's order, and the timer's
@@ -122,6 +122,9 @@ pub(super) async fn reject(
         if how == Settle::Terminate {
             // Counted once settled: a command handed back is counted when it comes to an end.
             crate::telemetry::record_rejected(&rejection.tenant_id, rejection.kind);
+            if let RejectionKind::Quota(quota) = rejection.kind {
+                super::quota::count(&args.quotas, &rejection.tenant_id, quota);
+            }
         }
         terminated += u64::from(how == Settle::Terminate);
         abandoned += usize::from(how == Settle::Terminate && !reported);

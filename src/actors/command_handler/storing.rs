@@ -76,8 +76,7 @@ pub(super) fn store(args: &Arc<CommandHandlerArgs>, batch: Vec<Accepted>) -> Joi
                 let written = applied.written;
                 let mut inbound: Vec<Option<InboundCommand>> =
                     inbound.into_iter().map(Some).collect();
-                let (over_quota, quiet) =
-                    refused_by_quota(&quotas, &commands, &mut inbound, 0, applied);
+                let (over_quota, quiet) = refused_by_quota(&commands, &mut inbound, 0, applied);
                 let all = 0..commands.len();
                 acknowledge_stored(&args, &commands, &mut inbound, all, &[commit]).await;
                 if !over_quota.is_empty() {
@@ -105,7 +104,6 @@ pub(super) fn store(args: &Arc<CommandHandlerArgs>, batch: Vec<Accepted>) -> Joi
 /// (`domain::quota::decide_batch`) and reported once, as a message: the deliveries of its
 /// other timers are terminated without a report of their own.
 fn refused_by_quota(
-    quotas: &Quotas,
     commands: &[Command],
     inbound: &mut [Option<InboundCommand>],
     offset: usize,
@@ -126,7 +124,7 @@ fn refused_by_quota(
             quiet.push(delivery);
             continue;
         }
-        let rejection = quota::rejection(quotas, command, exceeded);
+        let rejection = quota::rejection(command, exceeded);
         reported.push((delivery, rejection, (command.seq, None)));
     }
     (reported, quiet)
@@ -248,8 +246,7 @@ async fn store_around_refused(
     let mut commits = Vec::with_capacity(parts.len());
     for (commit, applied) in parts {
         let offset = commit.part.start;
-        let (reported, unreported) =
-            refused_by_quota(&quotas, &commands, &mut inbound, offset, applied);
+        let (reported, unreported) = refused_by_quota(&commands, &mut inbound, offset, applied);
         rejected.extend(reported);
         quiet.extend(unreported);
         commits.push(commit);
