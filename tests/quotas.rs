@@ -9,21 +9,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::quota_checks::{all_handled, later, pending, publish_schedules, rejections};
+use common::quota_checks::{
+    all_handled, later, pending, publish_schedules, quota_rejections, rejections,
+};
 use common::{DaemonProcess, Scratch, TestClient, cancel_command, eventually, query_rows};
 use timer_service::config::{HttpSettings, TenantQuotaSettings};
-
-/// The value of `timer_quota_rejections_total` for `tenant` and `quota` on `/metrics`.
-async fn quota_rejections(addr: &str, tenant: &str, quota: &str) -> Option<f64> {
-    let (_, body) = common::http_get(addr, "/metrics").await?;
-    body.lines().find_map(|line| {
-        let (series, value) = line.rsplit_once(' ')?;
-        let wanted = series.starts_with("timer_quota_rejections_total{")
-            && series.contains(&format!("tenant=\"{tenant}\""))
-            && series.contains(&format!("quota=\"{quota}\""));
-        wanted.then(|| value.parse().ok())?
-    })
-}
 
 /// A burst of 200 ScheduleTimers from a tenant allowed 50 per second has exactly 150 rejected
 /// and 50 stored; another tenant's 100, under the default of 150, all go in; a third tenant's

@@ -176,19 +176,8 @@ async fn a_quota_refusal_handed_back_is_counted_once() {
         .await_events("timer.evt.rejected.acme", 1, Duration::from_secs(30))
         .await;
     quota_checks::all_handled(&client).await;
-    let counted = common::http_get(&addr, "/metrics")
-        .await
-        .and_then(|(_, body)| {
-            body.lines().find_map(|line| {
-                let (series, value) = line.rsplit_once(' ')?;
-                let wanted = series.starts_with("timer_quota_rejections_total{")
-                    && series.contains("tenant=\"acme\"")
-                    && series.contains("quota=\"max_pending\"");
-                wanted.then(|| value.parse::<f64>().ok())?
-            })
-        });
     assert_eq!(
-        counted,
+        quota_checks::quota_rejections(&addr, "acme", "max_pending").await,
         Some(1.0),
         "one refused command, decided at least twice"
     );

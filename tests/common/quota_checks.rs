@@ -236,3 +236,16 @@ pub async fn rejections(client: &TestClient, tenant: &str) -> Vec<(String, Strin
         })
         .collect()
 }
+
+/// The value of `timer_quota_rejections_total` for `tenant` and `quota` on the `/metrics` of
+/// the daemon listening at `addr`.
+pub async fn quota_rejections(addr: &str, tenant: &str, quota: &str) -> Option<f64> {
+    let (_, body) = super::http_get(addr, "/metrics").await?;
+    body.lines().find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let wanted = series.starts_with("timer_quota_rejections_total{")
+            && series.contains(&format!("tenant=\"{tenant}\""))
+            && series.contains(&format!("quota=\"{quota}\""));
+        wanted.then(|| value.parse().ok())?
+    })
+}
