@@ -68,12 +68,20 @@ pub async fn jetstream_publish_with_msg_id(
     n as f64 / elapsed.as_secs_f64()
 }
 
-/// Durable pull consumer, pulls of `batch`, explicit ack of each message: messages/s.
-pub async fn jetstream_consume_ack(js: &jetstream::Context, n: usize, batch: usize) -> f64 {
+/// Durable pull consumer, pulls of `batch`, explicit ack of each message: messages/s. With
+/// `retention` `WorkQueue` (the command stream's) each acknowledgement also removes its message
+/// from the stream; with `Limits` the messages stay.
+pub async fn jetstream_consume_ack(
+    js: &jetstream::Context,
+    n: usize,
+    batch: usize,
+    retention: stream::RetentionPolicy,
+) -> f64 {
     let stream = js
         .create_stream(stream::Config {
             name: "RAW_CONSUME".into(),
             subjects: vec!["raw.consume".into()],
+            retention,
             ..Default::default()
         })
         .await

@@ -233,6 +233,11 @@ pub fn report(args: &Args, f: &Figures) -> String {
             "| JetStream pull (batch 1000) + ack each | {} |",
             show(f, "raw.consume", 0)
         );
+        let _ = writeln!(
+            r,
+            "| the same on a work-queue stream (each ack removes its message, as the command stream's) | {} |",
+            show(f, "raw.consume.workqueue", 0)
+        );
         for window in [1000, 4000] {
             let _ = writeln!(
                 r,

@@ -21,6 +21,8 @@ pub use spans::VARIANTS as SPAN_VARIANTS;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use async_nats::jetstream::stream::RetentionPolicy;
+
 use crate::daemon::Settings;
 use crate::workloads::{self, Load, ReadsShape};
 use crate::world::{Backend, Base, World};
@@ -250,10 +252,15 @@ async fn raw(ctx: &Ctx<'_>, f: &mut Figures) {
     eprintln!("raw limits");
     let n = ctx.args.raw_n;
     let w = ctx.world("raw", &ctx.sqlite, None).await;
-    f.rate(
-        "raw.consume",
-        crate::raw::jetstream_consume_ack(&w.js, n, 1000).await,
-    );
+    for (key, retention) in [
+        ("raw.consume", RetentionPolicy::Limits),
+        ("raw.consume.workqueue", RetentionPolicy::WorkQueue),
+    ] {
+        f.rate(
+            key,
+            crate::raw::jetstream_consume_ack(&w.js, n, 1000, retention).await,
+        );
+    }
     for window in [1000, 4000] {
         f.rate(
             format!("raw.publish.{window}"),
