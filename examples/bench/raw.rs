@@ -68,6 +68,64 @@ pub async fn jetstream_publish_with_msg_id(
     n as f64 / elapsed.as_secs_f64()
 }
 
+/// [`jetstream_consume_ack`] on a work-queue stream in `lines` subjects, as the command
+/// stream's lines: the messages spread evenly over them, one consumer per line filtered on its
+/// subject, all of them pulled at once. Every acknowledgement is checked against every
+/// consumer of a work-queue stream, so this shows what the consumers' number costs the broker.
+pub async fn jetstream_consume_lines(js: &jetstream::Context, n: usize, lines: usize) -> f64 {
+    let stream = js
+        .create_stream(stream::Config {
+            name: "RAW_LINES".into(),
+            subjects: vec!["raw.lines.>".into()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .expect("stream");
+    publish_pipelined(js, n, 1000, |i| {
+        (
+            format!("raw.lines.{}", i % lines),
+            PublishMessage::build().payload(body(i)),
+        )
+    })
+    .await;
+    let mut consumers = Vec::with_capacity(lines);
+    for line in 0..lines {
+        let consumer: consumer::PullConsumer = stream
+            .create_consumer(consumer::pull::Config {
+                durable_name: Some(format!("line{line}")),
+                filter_subject: format!("raw.lines.{line}"),
+                ack_policy: consumer::AckPolicy::Explicit,
+                max_ack_pending: 10_000,
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        consumers.push((consumer, n / lines + usize::from(line < n % lines)));
+    }
+    let started = Instant::now();
+    futures::future::join_all(consumers.into_iter().map(|(consumer, share)| async move {
+        let mut received = 0;
+        while received < share {
+            let mut messages = consumer
+                .batch()
+                .max_messages(1000)
+                .expires(Duration::from_secs(1))
+                .messages()
+                .await
+                .expect("pull");
+            while let Some(message) = messages.next().await {
+                message.expect("message").ack().await.expect("ack");
+                received += 1;
+            }
+        }
+    }))
+    .await;
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    js.delete_stream("RAW_LINES").await.expect("delete");
+    rate
+}
+
 /// Durable pull consumer, pulls of `batch`, explicit ack of each message: messages/s. With
 /// `retention` `WorkQueue` (the command stream's) each acknowledgement also removes its message
 /// from the stream; with `Limits` the messages stay.

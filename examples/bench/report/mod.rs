@@ -238,6 +238,13 @@ pub fn report(args: &Args, f: &Figures) -> String {
             "| the same on a work-queue stream (each ack removes its message, as the command stream's) | {} |",
             show(f, "raw.consume.workqueue", 0)
         );
+        for lines in [1, 16] {
+            let _ = writeln!(
+                r,
+                "| the same in {lines} line(s), a consumer for each, pulled at once | {} |",
+                show(f, &format!("raw.consume.lines.{lines}"), 0)
+            );
+        }
         for window in [1000, 4000] {
             let _ = writeln!(
                 r,

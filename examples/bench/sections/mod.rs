@@ -261,6 +261,12 @@ async fn raw(ctx: &Ctx<'_>, f: &mut Figures) {
             crate::raw::jetstream_consume_ack(&w.js, n, 1000, retention).await,
         );
     }
+    for lines in [1, 16] {
+        f.rate(
+            format!("raw.consume.lines.{lines}"),
+            crate::raw::jetstream_consume_lines(&w.js, n, lines).await,
+        );
+    }
     for window in [1000, 4000] {
         f.rate(
             format!("raw.publish.{window}"),
