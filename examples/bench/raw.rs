@@ -68,6 +68,24 @@ pub async fn jetstream_publish_with_msg_id(
     n as f64 / elapsed.as_secs_f64()
 }
 
+/// Pulls `n` messages from `consumer`, `batch` a request, acknowledging each.
+async fn pull_and_ack(consumer: &consumer::PullConsumer, n: usize, batch: usize) {
+    let mut received = 0;
+    while received < n {
+        let mut messages = consumer
+            .batch()
+            .max_messages(batch)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .expect("pull");
+        while let Some(message) = messages.next().await {
+            message.expect("message").ack().await.expect("ack");
+            received += 1;
+        }
+    }
+}
+
 /// [`jetstream_consume_ack`] on a work-queue stream in `lines` subjects, as the command
 /// stream's lines: the messages spread evenly over them, one consumer per line filtered on its
 /// subject, all of them pulled at once. Every acknowledgement is checked against every
@@ -104,22 +122,11 @@ pub async fn jetstream_consume_lines(js: &jetstream::Context, n: usize, lines: u
         consumers.push((consumer, n / lines + usize::from(line < n % lines)));
     }
     let started = Instant::now();
-    futures::future::join_all(consumers.into_iter().map(|(consumer, share)| async move {
-        let mut received = 0;
-        while received < share {
-            let mut messages = consumer
-                .batch()
-                .max_messages(1000)
-                .expires(Duration::from_secs(1))
-                .messages()
-                .await
-                .expect("pull");
-            while let Some(message) = messages.next().await {
-                message.expect("message").ack().await.expect("ack");
-                received += 1;
-            }
-        }
-    }))
+    futures::future::join_all(
+        consumers
+            .iter()
+            .map(|(consumer, share)| pull_and_ack(consumer, *share, 1000)),
+    )
     .await;
     let rate = n as f64 / started.elapsed().as_secs_f64();
     js.delete_stream("RAW_LINES").await.expect("delete");
@@ -161,20 +168,7 @@ pub async fn jetstream_consume_ack(
         .await
         .expect("consumer");
     let started = Instant::now();
-    let mut received = 0;
-    while received < n {
-        let mut messages = consumer
-            .batch()
-            .max_messages(batch)
-            .expires(Duration::from_secs(1))
-            .messages()
-            .await
-            .expect("pull");
-        while let Some(message) = messages.next().await {
-            message.expect("message").ack().await.expect("ack");
-            received += 1;
-        }
-    }
+    pull_and_ack(&consumer, n, batch).await;
     let rate = n as f64 / started.elapsed().as_secs_f64();
     js.delete_stream("RAW_CONSUME").await.expect("delete");
     rate
