@@ -4,6 +4,8 @@
 //! 189,000 outlasted the operation deadline (15 s), failed, and failed again at every retry
 //! while nothing new was claimed (CONTRACT §5, step 3).
 //!
+//! No timer is published twice: on PostgreSQL a mark runs beside the next claim.
+//!
 //! The daemon's tick is an hour away: the burst must fire whole by the Poller's own wake-ups
 //! and answers. A round of claims that could start none while marks were owed once left the
 //! mark for the next tick, so a burst on PostgreSQL fired one mark's worth every 5 s.
@@ -75,6 +77,9 @@ async fn a_burst_larger_than_any_mark_fires_whole_in_bounded_marks() {
     let process =
         DaemonProcess::start_with(&server, &scratch, &[("TIMER_POLLING_INTERVAL", "3600000")]);
     let mut fired = HashSet::new();
+    // Every event, a second one of a key too: on PostgreSQL a mark runs beside the next claim,
+    // which must never take the timers under that mark again.
+    let mut received = 0u64;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while (fired.len() as u64) < BURST {
         let event = tokio::time::timeout_at(deadline, events.next())
@@ -86,12 +91,22 @@ async fn a_burst_larger_than_any_mark_fires_whole_in_bounded_marks() {
             .as_str()
             .unwrap_or_default();
         fired.insert(key.to_owned());
+        received += 1;
     }
     eventually(Duration::from_secs(60), "every timer marked", || async {
         let states = rows_by_state(&database).await;
         (states.get("Scheduled").copied().unwrap_or(0) == 0).then_some(())
     })
     .await;
+    // Each mark follows its batch's PubAck: what was published is at the subscriber by now,
+    // or within moments.
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(500), events.next()).await {
+        received += 1;
+    }
+    assert_eq!(
+        received, BURST,
+        "each timer of the burst published once (a claim beside a mark took its timers again)"
+    );
 
     let marks: Vec<u64> = process
         .log_text()

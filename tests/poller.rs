@@ -40,7 +40,7 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
         .await
         .unwrap();
 
-    let poller = start_poller(&registry, bus.clone(), clock.clone()).await;
+    let poller = start_poller(&scratch, &registry, bus.clone(), clock.clone()).await;
 
     // On start it fires what is due by the clock, and only that.
     wait_reached(&persistence, "past").await;
@@ -103,7 +103,7 @@ async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_s
         )])
         .await
         .unwrap();
-    let poller = start_poller(&registry, bus.clone(), clock.clone()).await;
+    let poller = start_poller(&scratch, &registry, bus.clone(), clock.clone()).await;
     eventually(
         Duration::from_secs(5),
         "the first batch in flight",
@@ -179,7 +179,7 @@ async fn a_wake_up_that_comes_while_the_hold_limit_is_reached_is_served_once_bat
 
     // The oldest batch fails at once; every other one is held until the gate opens.
     let bus = Arc::new(FailFirstBus::default());
-    let poller = start_poller(&registry, bus.clone(), Arc::new(SystemClock)).await;
+    let poller = start_poller(&scratch, &registry, bus.clone(), Arc::new(SystemClock)).await;
     eventually(Duration::from_secs(10), "the failed batch", || async {
         bus.failed.load(Ordering::SeqCst).then_some(())
     })
@@ -241,7 +241,7 @@ async fn steady_feed(
     let registry = Registry::new(name);
     let persistence_ref = common::persistence::start(&scratch, &registry, true).await;
     let persistence = registry.persistence();
-    let poller = start_poller(&registry, bus.clone(), Arc::new(SystemClock)).await;
+    let poller = start_poller(&scratch, &registry, bus.clone(), Arc::new(SystemClock)).await;
     let feed = {
         let (persistence, poller, bus) = (persistence.clone(), poller.clone(), bus.clone());
         tokio::spawn(async move {
@@ -397,8 +397,10 @@ async fn wait_reached(persistence: &PersistenceClient, id: &str) {
     .await;
 }
 
-/// A Poller whose safety-net tick (an hour) never comes during a test.
+/// A Poller whose safety-net tick (an hour) never comes during a test; claims beside marks
+/// where the scratch database serves them so, as the daemon does.
 async fn start_poller(
+    scratch: &common::Scratch,
     registry: &Registry,
     bus: Arc<dyn EventBus>,
     clock: Arc<dyn Clock>,
@@ -415,6 +417,7 @@ async fn start_poller(
             polling_interval: Duration::from_secs(3600),
             lease: Duration::from_secs(30),
             short_writes: false,
+            claims_beside_marks: scratch.database().firing_connections() > 1,
         },
     )
     .await

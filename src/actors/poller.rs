@@ -4,7 +4,8 @@
 //! at the earliest pending `dueAt` (the tick is a safety net) and never waits inside a message:
 //! each call to Persistence and each batch at the broker answers by message.
 //!
-//! - `phase`: what is at Persistence (one call at a time) and the round of claims; `firing`
+//! - `phase`: what is at Persistence (one call at a time, or a claim beside a mark where the
+//!   database serves them side by side) and the round of claims; `firing`
 //!   takes the next step after each message, `calls` makes the calls and reads their answers.
 //! - `publisher`: claimed timers queued by tenant (`queue`), the broker's window (`window`).
 //! - `run`: cursor and fence while claimed timers are left; `marks`: published, not `Reached`.
@@ -82,6 +83,9 @@ pub struct PollerArgs {
     /// take: the database's answer (`DatabaseTarget::short_writes_while_sharing`). Elsewhere
     /// they are kept short when a full claim is seen to be long (`fairness::WritePace`).
     pub short_writes: bool,
+    /// A claim may be at Persistence while a mark is: the database serves them on connections
+    /// of their own (`DatabaseTarget::firing_connections`).
+    pub claims_beside_marks: bool,
 }
 
 pub enum PollerMsg {
@@ -103,7 +107,7 @@ pub enum PollerMsg {
 
 pub struct PollerState {
     args: PollerArgs,
-    /// What is at Persistence, if anything.
+    /// What is at Persistence, if anything, and the backoff after a failure.
     phase: Phase,
     /// A tick, a wake-up or a settled batch asked for a round of claims: it begins once nothing
     /// is at Persistence and no backoff holds it.
@@ -137,8 +141,8 @@ impl Actor for Poller {
         Ok(PollerState {
             publisher: Publisher::new(myself, &args),
             wake: WakeUps::new(args.clock.clone()),
+            phase: Phase::new(args.claims_beside_marks),
             args,
-            phase: Phase::Idle,
             round_asked: false,
             next_claim: NextClaim::AtWakeUp,
             run: None,

@@ -11,6 +11,9 @@ use super::db::{DatabaseTarget, PostgresSettings, SqliteSettings};
 /// See [`DatabaseTarget::command_connections`].
 const POSTGRES_COMMAND_CONNECTIONS: usize = 2;
 
+/// See [`DatabaseTarget::firing_connections`].
+const POSTGRES_FIRING_CONNECTIONS: usize = 2;
+
 impl DatabaseTarget {
     /// Several daemons may run on it (PostgreSQL): each registers its name there at start and
     /// gives it up at a graceful stop. A SQLite file has one daemon.
@@ -26,11 +29,16 @@ impl DatabaseTarget {
         }
     }
 
-    /// Claims and marks run on a connection of their own, never behind a command commit's
-    /// fsync (PostgreSQL, whose connections write side by side). SQLite writes on one
+    /// How many connections of their own claims and marks run on, never behind a command
+    /// commit's fsync; none: they share the writer's. PostgreSQL: two, so that a mark runs
+    /// beside the next claim, each on a backend (a core) of its own: with one, the server
+    /// fired on one core while the other idled (BENCHMARKS.md). SQLite writes on one
     /// connection at a time: a second writer would only wait for the first one's lock.
-    pub fn firing_connection(&self) -> bool {
-        matches!(self, Self::Postgres { .. })
+    pub fn firing_connections(&self) -> usize {
+        match self {
+            Self::Sqlite { .. } => 0,
+            Self::Postgres { .. } => POSTGRES_FIRING_CONNECTIONS,
+        }
     }
 
     /// How many connections commit commands side by side. PostgreSQL: two, each transaction
@@ -48,7 +56,7 @@ impl DatabaseTarget {
 
     /// Whether the Poller keeps its claims and marks short while tenants share a backlog
     /// (`poller::fairness`): where a write's time grows with its rows (PostgreSQL: a claim of
-    /// 2,000 rows holds the firing connection tens of milliseconds), not where it is mostly its
+    /// 2,000 rows holds a firing connection tens of milliseconds), not where it is mostly its
     /// commit (SQLite, where the Poller keeps them short only when it sees a full claim take
     /// long: `poller::fairness::WritePace`). Measured in the bench's noisy neighbour, writes of 500 instead of 2,000
     /// took the quiet tenant's p99 to 0.63× on PostgreSQL with three daemons and to 1.20× on
@@ -98,7 +106,10 @@ mod tests {
         let settings = PostgresSettings::default();
         let probe = Some(Duration::from_secs(1));
         assert!(!sqlite.shared() && postgres.shared());
-        assert!(!sqlite.firing_connection() && postgres.firing_connection());
+        assert_eq!(
+            (sqlite.firing_connections(), postgres.firing_connections()),
+            (0, 2)
+        );
         assert_eq!(
             (sqlite.command_connections(), postgres.command_connections()),
             (1, 2)

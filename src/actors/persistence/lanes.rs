@@ -4,8 +4,8 @@
 //! - SQLite: `writer` (one connection: claims and marks first, then the probe, command
 //!   commits, retention) and `reader` (`read_connections` connections, beside the writer in
 //!   WAL mode: API reads and counts).
-//! - PostgreSQL: `firing` (claims and marks on a connection of their own, never behind a
-//!   command commit's fsync), `writer` (the probe, commands, retention, on
+//! - PostgreSQL: `firing` (claims and marks on connections of their own, never behind a
+//!   command commit's fsync; a mark beside the next claim), `writer` (the probe, commands, retention, on
 //!   [`DatabaseTarget::command_connections`] connections: two commits side by side) and
 //!   `reader`.
 //!
@@ -49,8 +49,8 @@ pub fn layout(database: &DatabaseTarget, read_connections: usize) -> Vec<LaneSpe
         connections: database.command_connections(),
         reader: false,
     };
-    match database.firing_connection() {
-        false => vec![
+    match database.firing_connections() {
+        0 => vec![
             writer(vec![
                 Rank::Firing,
                 Rank::Probe,
@@ -59,11 +59,11 @@ pub fn layout(database: &DatabaseTarget, read_connections: usize) -> Vec<LaneSpe
             ]),
             reader,
         ],
-        true => vec![
+        firing => vec![
             LaneSpec {
                 name: "firing",
                 ranks: vec![Rank::Firing],
-                connections: 1,
+                connections: firing,
                 reader: false,
             },
             writer(vec![Rank::Probe, Rank::Commands, Rank::Background]),
@@ -338,6 +338,7 @@ mod tests {
         assert_eq!(names, ["firing", "writer", "reader"]);
         let firing = Lane::new(lanes[0].clone());
         assert!(firing.serves(&Class::Firing) && !firing.serves(&Class::Commands));
+        assert_eq!(lanes[0].connections, 2, "a mark beside a claim");
         assert_eq!(lanes[2].connections, 1, "at least one reader");
     }
 

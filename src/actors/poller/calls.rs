@@ -1,5 +1,5 @@
 //! The Poller's calls to Persistence: claims and marks, each in a task of its own, whose answer
-//! comes back as a message (`PollerMsg::Claimed`, `PollerMsg::Marked`); `phase` says which is
+//! comes back as a message (`PollerMsg::Claimed`, `PollerMsg::Marked`); `phase` says which are
 //! under way. Every call answers, a panic included, or the Poller would wait for it for ever.
 
 use std::future::Future;
@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::fairness::SHARING_CLAIM;
 use super::marks::{self, MARK_AT_MOST, Marked};
-use super::phase::{NextClaim, Phase};
+use super::phase::NextClaim;
 use super::run::Run;
 use super::{PollerMsg, PollerState, claim_size};
 use crate::actors::persistence::CallError;
@@ -112,7 +112,7 @@ impl PollerState {
         myself: &ActorRef<PollerMsg>,
         claimed: Claimed,
     ) -> Result<(), ActorProcessingErr> {
-        let Phase::Claiming(mut round) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+        let Some(mut round) = self.phase.claimed() else {
             return Err("a claim answered while none was asked".into());
         };
         let Claimed {
@@ -177,8 +177,8 @@ impl PollerState {
     }
 
     /// Marks everything owed, in one transaction, in a task of its own; the answer comes back
-    /// as `PollerMsg::Marked`. `backoff`, under way, goes on after it.
-    pub(super) fn mark(&mut self, myself: &ActorRef<PollerMsg>, backoff: Option<Instant>) {
+    /// as `PollerMsg::Marked`.
+    pub(super) fn mark(&mut self, myself: &ActorRef<PollerMsg>) {
         // Short while other tenants are served beside a backlog (`fairness`), and bounded
         // always (`marks::MARK_AT_MOST`).
         let at_most = match self.short_writes() {
@@ -196,19 +196,20 @@ impl PollerState {
             let _ = myself.cast(PollerMsg::Marked(marked.clone()));
             marked
         });
-        self.phase = Phase::Marking { answer, backoff };
+        self.phase.mark(answer);
     }
 
     /// A mark answered. What it could not mark stays owed (the events are out; the rows stay
-    /// `Scheduled` until then), and nothing new is claimed before it is marked.
+    /// `Scheduled` until then), and nothing new is claimed before it is marked (a claim under
+    /// way beside it ends its round).
     pub(super) fn marked(
         &mut self,
         myself: &ActorRef<PollerMsg>,
         marked: Marked,
     ) -> Result<(), ActorProcessingErr> {
-        let Phase::Marking { backoff, .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
+        if self.phase.marked().is_none() {
             return Err("a mark answered while none was asked".into());
-        };
+        }
         match marked.result {
             Ok(count) => {
                 marks::record(&marked.batches, count);
@@ -223,9 +224,6 @@ impl PollerState {
                 // there is room: no batch may be left at the broker to ask for it as it settles.
                 if self.next_claim == NextClaim::AsBatchesSettle {
                     self.round_asked = true;
-                }
-                if let Some(until) = backoff {
-                    self.phase = Phase::BackingOff { until };
                 }
             }
             Err(error) => {

@@ -1,4 +1,4 @@
-//! The Poller's next step, taken after every message once nothing is at Persistence
+//! The Poller's next step, taken after every message once a call is free
 //! ([`PollerState::advance`]): settle the batches the broker answered, end the run once no
 //! claimed timer is left, then start a mark if one is due (`marks`), else the round of claims
 //! that a tick, a wake-up or a settled batch asked for (`phase::Round`). A failure backs off
@@ -11,7 +11,7 @@ use ractor::ActorRef;
 use tokio::time::Instant;
 
 use super::marks::{self, MARK_AT_MOST, Marked};
-use super::phase::{Claim, NextClaim, Phase, Round};
+use super::phase::{Claim, NextClaim, Round};
 use super::queue::Waiting;
 use super::run::Run;
 use super::{PollerMsg, PollerState, claim_size, hold_limit};
@@ -25,33 +25,43 @@ use crate::stop::Reserve;
 pub(super) const RETRY: Retry = Retry::new(Duration::from_millis(100), Duration::from_secs(2));
 
 impl PollerState {
-    /// The next step, once nothing is at Persistence.
+    /// The next step, once a call is free: nothing at Persistence, or, where claims and marks
+    /// run side by side, one of them free.
     pub(super) fn advance(&mut self, myself: &ActorRef<PollerMsg>) {
-        if self.phase.at_persistence() {
+        if self.phase.waits() {
             return;
         }
+        let (claiming, marking) = (self.phase.claiming(), self.phase.marking());
+        let side_by_side = self.phase.side_by_side();
         self.settle(myself);
-        if self.publisher.is_empty() && self.marks.is_empty() {
+        // A run ends with nothing under way: a claim or a mark still belongs to it (a claim
+        // after the run could take the timers under a mark again, and publish them twice).
+        if !claiming && !marking && self.publisher.is_empty() && self.marks.is_empty() {
             self.end_run();
         }
         let now = Instant::now();
         let backoff = self.phase.backoff(now);
-        if backoff.is_none() {
-            self.phase = Phase::Idle;
-        }
         // A closed run takes no claim: a round asked for then must not put off the mark owed,
         // or nothing would be left to call `advance` again (no batch at the broker).
         let closed = self.run.as_ref().is_some_and(Run::closed);
-        let claims_first =
-            self.round_asked && backoff.is_none() && !closed && self.marks.yields_to_claims();
-        if !claims_first
+        // One call at a time: marks and rounds take turns. Side by side, a mark never waits.
+        let claims_first = !side_by_side
+            && self.round_asked
+            && backoff.is_none()
+            && !closed
+            && self.marks.yields_to_claims();
+        if !marking
+            && !claims_first
             && self
                 .marks
                 .due(self.publisher.batches_at_broker(), backoff.is_some())
         {
-            return self.mark(myself, backoff);
+            self.mark(myself);
+            if !side_by_side {
+                return;
+            }
         }
-        if !std::mem::take(&mut self.round_asked) {
+        if claiming || !std::mem::take(&mut self.round_asked) {
             return;
         }
         match backoff {
@@ -66,10 +76,11 @@ impl PollerState {
                 // A round that could start no claim (no room while marks are owed) leaves the
                 // mark due now: no other message may come before the tick (nothing at the
                 // broker), and a burst would fire one mark per tick.
-                if !self.phase.at_persistence()
+                if !self.phase.claiming()
+                    && !self.phase.marking()
                     && self.marks.due(self.publisher.batches_at_broker(), false)
                 {
-                    self.mark(myself, None);
+                    self.mark(myself);
                 }
             }
         }
@@ -158,20 +169,26 @@ impl PollerState {
         self.next_claim_of(myself, Round::begin(backlog));
     }
 
-    /// Starts the next claim of `round`, if it has one.
+    /// Starts the next claim of `round`, if it has one. None while a failure's backoff holds,
+    /// a failed mark is owed or a failure closed the run: a mark or a publish that failed while
+    /// the round's last claim was under way (side by side) ends the round.
     pub(super) fn next_claim_of(&mut self, myself: &ActorRef<PollerMsg>, mut round: Round) {
+        let now = Instant::now();
+        let closed = self.run.as_ref().is_some_and(Run::closed);
+        if self.phase.backoff(now).is_some() || self.marks.failed() || closed {
+            return;
+        }
         let batch_size = self.args.batch_size;
         let (held, limit) = (self.publisher.held(), hold_limit(batch_size));
         // Room to hold another claim, and not so many owed their mark that it would be long.
         let room = held + claim_size(batch_size) <= limit && self.marks.timers() < MARK_AT_MOST;
-        let now = Instant::now();
         let fairness = &self.fairness;
         match round.next(|backlog| fairness.due(now, backlog, held, limit), room) {
             Some(Claim::Fair) => self.claim_fair(myself, now),
             Some(Claim::Due) => self.claim_due(myself),
             None => return,
         }
-        self.phase = Phase::Claiming(round);
+        self.phase.claim(round);
     }
 
     /// Queues claimed timers for publishing. The first claim of a run begins it.
@@ -200,9 +217,7 @@ impl PollerState {
     /// repeat. Monotonic: a backoff is about the broker and the disk, not about timer time.
     pub(super) fn retry_later(&mut self, myself: &ActorRef<PollerMsg>) {
         let delay = self.failures.failed();
-        self.phase = Phase::BackingOff {
-            until: Instant::now() + delay,
-        };
+        self.phase.back_off(Instant::now() + delay);
         self.wake.after(myself, delay);
     }
 
@@ -241,7 +256,7 @@ impl PollerState {
         }
         // What is not marked now is published again after a restart: a duplicate, not a loss.
         let mut unmarked = None;
-        if let Phase::Marking { answer, .. } = std::mem::replace(&mut self.phase, Phase::Idle) {
+        if let Some(answer) = self.phase.marked() {
             match tokio::time::timeout_at(stop.until(Reserve::ForStorage), answer).await {
                 Ok(Ok(Marked {
                     batches,

@@ -1,42 +1,90 @@
-//! What the Poller is doing on the database side. One call at Persistence at a time, its answer
-//! a message; between calls the Poller decides the next one. A round of claims (what a tick, a
-//! wake-up or a settled batch asks for) takes turns: in each, a fair claim if one is due
-//! (`fairness`), then a claim in `dueAt` order if the hold limit has room; another turn while
-//! claims come back full. Marks (`marks`) go between rounds. After a failure nothing is claimed
-//! before the backoff ends.
+//! What the Poller is doing on the database side: a claim, a mark, or both where the database
+//! runs them side by side (PostgreSQL's two firing connections); each answer is a message, and
+//! between calls the Poller decides the next one. Elsewhere (SQLite's one writer) one call is at
+//! Persistence at a time. A round of claims (what a tick, a wake-up or a settled batch asks for)
+//! takes turns: in each, a fair claim if one is due (`fairness`), then a claim in `dueAt` order
+//! if the hold limit has room; another turn while claims come back full. Marks (`marks`) go
+//! between rounds, or beside them. After a failure nothing is claimed before the backoff ends.
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::marks::Marked;
 
-pub enum Phase {
-    /// Nothing at Persistence: the next call waits for a message.
-    Idle,
+pub struct Phase {
     /// A claim of this round is at Persistence.
-    Claiming(Round),
-    /// A mark is at Persistence. `answer` yields it to a stop, which reads no more messages;
-    /// a backoff under way when it began goes on after it.
-    Marking {
-        answer: JoinHandle<Marked>,
-        backoff: Option<Instant>,
-    },
-    /// A claim, a mark or a publish failed: no claim starts before `until`, nor a mark if a
-    /// mark failed.
-    BackingOff { until: Instant },
+    claiming: Option<Round>,
+    /// A mark is at Persistence; the handle yields it to a stop, which reads no more messages.
+    marking: Option<JoinHandle<Marked>>,
+    /// A claim, a mark or a publish failed: no claim starts before this instant, nor a mark if
+    /// a mark failed.
+    backoff: Option<Instant>,
+    /// A claim may be at Persistence while a mark is: the database serves them on connections
+    /// of their own, so that neither waits for the other (`DatabaseTarget::firing_connections`).
+    side_by_side: bool,
 }
 
 impl Phase {
-    pub fn at_persistence(&self) -> bool {
-        matches!(self, Phase::Claiming(_) | Phase::Marking { .. })
+    pub fn new(side_by_side: bool) -> Self {
+        Self {
+            claiming: None,
+            marking: None,
+            backoff: None,
+            side_by_side,
+        }
     }
 
-    /// The backoff under way at `now`, if any.
-    pub fn backoff(&self, now: Instant) -> Option<Instant> {
-        match self {
-            Phase::BackingOff { until } if now < *until => Some(*until),
-            _ => None,
+    pub fn side_by_side(&self) -> bool {
+        self.side_by_side
+    }
+
+    pub fn claiming(&self) -> bool {
+        self.claiming.is_some()
+    }
+
+    pub fn marking(&self) -> bool {
+        self.marking.is_some()
+    }
+
+    /// Whether the next call waits for an answer: one call at a time, or, side by side, a claim
+    /// and a mark both under way.
+    pub fn waits(&self) -> bool {
+        match self.side_by_side {
+            false => self.claiming() || self.marking(),
+            true => self.claiming() && self.marking(),
         }
+    }
+
+    pub fn claim(&mut self, round: Round) {
+        debug_assert!(self.claiming.is_none());
+        self.claiming = Some(round);
+    }
+
+    /// The claim answered: its round.
+    pub fn claimed(&mut self) -> Option<Round> {
+        self.claiming.take()
+    }
+
+    pub fn mark(&mut self, answer: JoinHandle<Marked>) {
+        debug_assert!(self.marking.is_none());
+        self.marking = Some(answer);
+    }
+
+    /// The mark answered (or a stop takes it to wait for it).
+    pub fn marked(&mut self) -> Option<JoinHandle<Marked>> {
+        self.marking.take()
+    }
+
+    pub fn back_off(&mut self, until: Instant) {
+        self.backoff = Some(until);
+    }
+
+    /// The backoff under way at `now`, if any (one that has ended is forgotten).
+    pub fn backoff(&mut self, now: Instant) -> Option<Instant> {
+        if self.backoff.is_some_and(|until| now >= until) {
+            self.backoff = None;
+        }
+        self.backoff
     }
 }
 
@@ -150,20 +198,39 @@ mod tests {
     async fn a_backoff_holds_until_its_instant() {
         let now = Instant::now();
         let until = now + std::time::Duration::from_millis(100);
-        let phase = Phase::BackingOff { until };
+        let mut phase = Phase::new(false);
+        phase.back_off(until);
         assert_eq!(phase.backoff(now), Some(until));
+        assert!(!phase.waits(), "a backoff is not a call under way");
         assert_eq!(phase.backoff(until), None);
-        assert!(!phase.at_persistence());
-        assert!(Phase::Claiming(Round::begin(false)).at_persistence());
-        let marking = Phase::Marking {
-            answer: tokio::spawn(async {
-                Marked {
-                    batches: Vec::new(),
-                    result: Ok(0),
-                }
-            }),
-            backoff: None,
-        };
-        assert!(marking.at_persistence());
+        assert_eq!(phase.backoff(now), None, "an ended backoff is forgotten");
+    }
+
+    fn answered_mark() -> JoinHandle<Marked> {
+        tokio::spawn(async {
+            Marked {
+                batches: Vec::new(),
+                result: Ok(0),
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn one_call_at_a_time_unless_claims_and_marks_run_side_by_side() {
+        let mut one = Phase::new(false);
+        one.mark(answered_mark());
+        assert!(one.waits(), "a mark holds the claims back");
+        assert!(one.marked().is_some());
+        one.claim(Round::begin(false));
+        assert!(one.waits(), "a claim holds the marks back");
+
+        let mut two = Phase::new(true);
+        two.claim(Round::begin(false));
+        assert!(!two.waits(), "a mark may start beside the claim");
+        two.mark(answered_mark());
+        assert!(two.waits(), "both under way");
+        assert_eq!(two.claimed(), Some(Round::begin(false)));
+        assert!(!two.waits(), "a claim may start beside the mark");
+        assert!(two.marking() && !two.claiming());
     }
 }
