@@ -153,9 +153,8 @@ pub struct Args {
     /// The whale's concurrent requesters, each asking again as soon as it is answered.
     #[arg(long, default_value_t = 32)]
     pub reads_requesters: usize,
-    /// Another build of `timer-service` (a version before the command stream's lines: its
-    /// stream is made with one line, which a build with lines first drains, so a newer baseline
-    /// ingests at about half its speed), measured alternately with this one
+    /// Another build of `timer-service` (for a version before the command stream's lines, add
+    /// `--baseline-lines 1`), measured alternately with this one
     /// within each run in every figure a target compares with it: the heavy reads, the noisy
     /// neighbour, the steady loads (SQLite; PostgreSQL with 1–3 daemons), ingest and fire at the
     /// default batch and at `batch_size = 1000`, lateness beside the Janitor's backlog, the
@@ -165,10 +164,12 @@ pub struct Args {
     /// migration) before it starts: an earlier build refuses a database migrated past it.
     #[arg(long)]
     pub baseline: Option<PathBuf>,
-    /// Lines of the command stream the workloads make for the baseline: 1 for a version before
-    /// lines; the default configuration's 16 for one with lines (one that does not record them
-    /// on the stream reads a stream of 16 as made).
-    #[arg(long, default_value_t = 1)]
+    /// Lines of the command stream the workloads make for the baseline: the default
+    /// configuration's 16, as for this build; 1 for a version before lines (it would first
+    /// drain a stream of 16 and ingest at about half its speed). A baseline given one line
+    /// where this build has 16 ingests faster for it (one binary against itself, 2026-12-07:
+    /// 0.86–0.93 of the one-line figure; BENCHMARKS.md).
+    #[arg(long, default_value_t = 16)]
     pub baseline_lines: u16,
     /// An environment variable for the baseline's daemons, `NAME=VALUE` (repeatable): with
     /// `--baseline` set to this build's own binary, measures one setting against the default
