@@ -17,12 +17,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::Utc;
 use common::eventually;
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorRef, RpcReplyPort};
 use timer_service::actors::canceller::{
     Cancelled, CancellerArgs, EARLIER_COMMANDS_WAIT, Job, STEP, WAITS_AT_ONCE,
 };
 use timer_service::actors::persistence::PersistenceMsg;
-use timer_service::actors::{Canceller, NamedActor, Persistence, Registry};
+use timer_service::actors::{Canceller, NamedActor, Registry};
 use timer_service::domain::{CancelFilter, CancelMany, StreamIncarnation, TimerState};
 use timer_service::ports::{BusError, CommandPublisher, PublishError};
 use timer_service::storage::StoreError;
@@ -176,55 +176,23 @@ async fn a_flood_of_waiting_cancels_looks_at_the_broker_a_bounded_number_at_a_ti
     persistence_actor.stop(None);
 }
 
-/// Persistence whose first step of a cancel fails, as with the database gone for a moment; it
-/// hands every other operation to the real one.
-struct FailsOneStep {
-    real: ActorRef<PersistenceMsg>,
-}
-
-impl Actor for FailsOneStep {
-    type Msg = PersistenceMsg;
-    type State = bool;
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        _args: (),
-    ) -> Result<bool, ActorProcessingErr> {
-        Ok(false)
-    }
-
-    async fn handle(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        message: PersistenceMsg,
-        failed: &mut bool,
-    ) -> Result<(), ActorProcessingErr> {
-        match message {
-            // A step is the only operation of `STEP` rows here.
-            PersistenceMsg::Run(operation) if operation.rows == STEP && !*failed => {
-                *failed = true;
-                operation.fail(StoreError::Unavailable("the database went away".into()));
-            }
-            message => self.real.cast(message)?,
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_step_is_tried_again_until_the_cancel_is_done() {
     let scratch = common::Scratch::new();
     let registry = Registry::new("canceller-retry-test");
     let real = common::persistence::start(&scratch, &registry, false).await;
-    let (stand_in, _) = Actor::spawn(
-        Some(registry.name(Persistence::NAME)),
-        FailsOneStep { real: real.clone() },
-        (),
-    )
-    .await
-    .unwrap();
+    // The first step fails, as if the database went away; everything else goes on.
+    let mut failed = false;
+    let stand_in = common::persistence::stand_in(&registry, &real, move |message| match message {
+        // A step is the only operation of `STEP` rows here.
+        PersistenceMsg::Run(operation) if operation.rows == STEP && !failed => {
+            failed = true;
+            operation.fail(StoreError::Unavailable("the database went away".into()));
+            None
+        }
+        message => Some(message),
+    })
+    .await;
     schedule_three(&registry, &[("acme", 1)]).await;
     let canceller = start_canceller(&registry, Arc::new(Pending::default())).await;
 

@@ -13,11 +13,10 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use common::doubles::{InMemoryEventBus, ManualClock};
 use common::eventually;
-use ractor::{Actor, ActorRef};
+use common::poller::wait_reached;
 use timer_service::actors::Registry;
-use timer_service::actors::persistence::PersistenceClient;
-use timer_service::actors::poller::{Poller, PollerArgs, PollerMsg, hold_limit};
-use timer_service::domain::{Subjects, TimerState};
+use timer_service::actors::poller::{PollerMsg, hold_limit};
+use timer_service::domain::TimerState;
 use timer_service::ports::{BusError, Clock, EventBus, OutgoingEvent, Published, SystemClock};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,7 +39,7 @@ async fn publishes_only_what_is_due_and_retries_what_the_bus_refused() {
         .await
         .unwrap();
 
-    let poller = start_poller(&scratch, &registry, bus.clone(), clock.clone()).await;
+    let poller = common::poller::start(&scratch, &registry, bus.clone(), clock.clone()).await;
 
     // On start it fires what is due by the clock, and only that.
     wait_reached(&persistence, "past").await;
@@ -103,7 +102,7 @@ async fn a_timer_stored_due_before_the_cursor_fires_once_the_batches_in_flight_s
         )])
         .await
         .unwrap();
-    let poller = start_poller(&scratch, &registry, bus.clone(), clock.clone()).await;
+    let poller = common::poller::start(&scratch, &registry, bus.clone(), clock.clone()).await;
     eventually(
         Duration::from_secs(5),
         "the first batch in flight",
@@ -179,7 +178,8 @@ async fn a_wake_up_that_comes_while_the_hold_limit_is_reached_is_served_once_bat
 
     // The oldest batch fails at once; every other one is held until the gate opens.
     let bus = Arc::new(FailFirstBus::default());
-    let poller = start_poller(&scratch, &registry, bus.clone(), Arc::new(SystemClock)).await;
+    let poller =
+        common::poller::start(&scratch, &registry, bus.clone(), Arc::new(SystemClock)).await;
     eventually(Duration::from_secs(10), "the failed batch", || async {
         bus.failed.load(Ordering::SeqCst).then_some(())
     })
@@ -241,7 +241,8 @@ async fn steady_feed(
     let registry = Registry::new(name);
     let persistence_ref = common::persistence::start(&scratch, &registry, true).await;
     let persistence = registry.persistence();
-    let poller = start_poller(&scratch, &registry, bus.clone(), Arc::new(SystemClock)).await;
+    let poller =
+        common::poller::start(&scratch, &registry, bus.clone(), Arc::new(SystemClock)).await;
     let feed = {
         let (persistence, poller, bus) = (persistence.clone(), poller.clone(), bus.clone());
         tokio::spawn(async move {
@@ -380,49 +381,6 @@ impl EventBus for GatedBus {
         }
         self.inner.publish_all(events).await
     }
-}
-
-/// Waits until the timer `acme/<id>` is `Reached`.
-/// Within 15 s: far below the tick these tests give the Poller (an hour), and room for a
-/// machine busy with other tests (5 s ran out there now and then).
-async fn wait_reached(persistence: &PersistenceClient, id: &str) {
-    eventually(
-        Duration::from_secs(15),
-        &format!("timer {id} to be Reached"),
-        || async {
-            let row = persistence.get("acme", id).await.unwrap()?;
-            (row.state == TimerState::Reached).then_some(())
-        },
-    )
-    .await;
-}
-
-/// A Poller whose safety-net tick (an hour) never comes during a test; claims beside marks
-/// where the scratch database serves them so, as the daemon does.
-async fn start_poller(
-    scratch: &common::Scratch,
-    registry: &Registry,
-    bus: Arc<dyn EventBus>,
-    clock: Arc<dyn Clock>,
-) -> ActorRef<PollerMsg> {
-    let (poller, _) = Actor::spawn(
-        None,
-        Poller,
-        PollerArgs {
-            registry: registry.clone(),
-            bus,
-            clock,
-            subjects: Subjects::default(),
-            batch_size: 100,
-            polling_interval: Duration::from_secs(3600),
-            lease: Duration::from_secs(30),
-            short_writes: false,
-            claims_beside_marks: scratch.database().firing_connections() > 1,
-        },
-    )
-    .await
-    .unwrap();
-    poller
 }
 
 fn clock_now(clock: &ManualClock) -> chrono::DateTime<Utc> {

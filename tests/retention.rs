@@ -11,12 +11,12 @@ use chrono::Utc;
 use common::{
     NatsServer, Scratch, cancel_at, claimant, config, eventually, rows_by_state, schedule_at,
 };
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::Actor;
 use timer_service::Daemon;
+use timer_service::actors::Registry;
 use timer_service::actors::janitor::{Janitor, JanitorArgs};
 use timer_service::actors::persistence::{Class, PersistenceMsg};
 use timer_service::actors::steps::PAUSE;
-use timer_service::actors::{NamedActor, Persistence, Registry};
 use timer_service::ports::SystemClock;
 use timer_service::storage::Store;
 use timer_service::storage::db::migrate;
@@ -169,42 +169,6 @@ async fn keep_finished_zero_keeps_everything() {
     daemon.shutdown().await.unwrap();
 }
 
-/// Persistence as the Janitor meets it, counting its background operations (the sweep's
-/// steps) before handing every message to the real one.
-struct CountsSteps {
-    real: ActorRef<PersistenceMsg>,
-    steps: Arc<AtomicUsize>,
-}
-
-impl Actor for CountsSteps {
-    type Msg = PersistenceMsg;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        _args: (),
-    ) -> Result<(), ActorProcessingErr> {
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        message: PersistenceMsg,
-        _state: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        if let PersistenceMsg::Run(operation) = &message
-            && operation.class == Class::Background
-        {
-            self.steps.fetch_add(1, Ordering::SeqCst);
-        }
-        self.real.cast(message)?;
-        Ok(())
-    }
-}
-
 /// Tombstones in the backlog: more than a second of steps can delete at their pace (at most
 /// one step of `MAX_STEP` rows per `PAUSE`), so the sweep is still under way when the second
 /// watched ends, whether or not it keeps its pace.
@@ -230,16 +194,19 @@ async fn a_sweep_under_way_keeps_its_pace_of_one_step_per_pause() {
     let registry = Registry::new("janitor-pace-test");
     let real = common::persistence::start(&scratch, &registry, false).await;
     let steps = Arc::new(AtomicUsize::new(0));
-    let (persistence, _) = Actor::spawn(
-        Some(registry.name(Persistence::NAME)),
-        CountsSteps {
-            real: real.clone(),
-            steps: steps.clone(),
-        },
-        (),
-    )
-    .await
-    .unwrap();
+    // Counts the background operations (the sweep's steps) on their way to Persistence.
+    let persistence = {
+        let steps = steps.clone();
+        common::persistence::stand_in(&registry, &real, move |message| {
+            if let PersistenceMsg::Run(operation) = &message
+                && operation.class == Class::Background
+            {
+                steps.fetch_add(1, Ordering::SeqCst);
+            }
+            Some(message)
+        })
+        .await
+    };
     let (janitor, _) = Actor::spawn(
         None,
         Janitor::default(),

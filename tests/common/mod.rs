@@ -16,6 +16,7 @@ pub mod net_proxy;
 pub mod operator;
 pub mod persistence;
 pub mod pki;
+pub mod poller;
 pub mod postgres_cluster;
 pub mod previous_release;
 pub mod quota_checks;
