@@ -165,7 +165,7 @@ impl Daemon {
                 polling_interval: config.polling_interval,
                 lease: config.claim_lease,
                 short_writes: database.short_writes_while_sharing(),
-                claims_beside_marks: database.firing_connections() > 1,
+                claims_beside_marks: database.claims_beside_marks(),
             }),
             // Before the CommandHandler, which hands it the CancelTimers it meets.
             ChildSpec::of::<Canceller>(CancellerArgs {

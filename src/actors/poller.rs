@@ -84,7 +84,7 @@ pub struct PollerArgs {
     /// they are kept short when a full claim is seen to be long (`fairness::WritePace`).
     pub short_writes: bool,
     /// A claim may be at Persistence while a mark is: the database serves them on connections
-    /// of their own (`DatabaseTarget::firing_connections`).
+    /// of their own (`DatabaseTarget::claims_beside_marks`).
     pub claims_beside_marks: bool,
 }
 

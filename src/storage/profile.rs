@@ -41,6 +41,12 @@ impl DatabaseTarget {
         }
     }
 
+    /// Whether the Poller may have a claim at Persistence while a mark is: the firing lane has
+    /// a connection for each (`poller::phase`).
+    pub fn claims_beside_marks(&self) -> bool {
+        self.firing_connections() > 1
+    }
+
     /// How many connections commit commands side by side. PostgreSQL: two, each transaction
     /// on a backend (a core) of its own, so that one batch's rows are written while another's
     /// are sent and committed (bulk ingest 1.4–1.6× one connection's in the bench; three or
@@ -110,6 +116,7 @@ mod tests {
             (sqlite.firing_connections(), postgres.firing_connections()),
             (0, 2)
         );
+        assert!(!sqlite.claims_beside_marks() && postgres.claims_beside_marks());
         assert_eq!(
             (sqlite.command_connections(), postgres.command_connections()),
             (1, 2)

@@ -33,7 +33,7 @@ pub async fn start(
             polling_interval: Duration::from_secs(3600),
             lease: Duration::from_secs(30),
             short_writes: false,
-            claims_beside_marks: scratch.database().firing_connections() > 1,
+            claims_beside_marks: scratch.database().claims_beside_marks(),
         },
     )
     .await

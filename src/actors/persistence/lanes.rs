@@ -4,8 +4,9 @@
 //! - SQLite: `writer` (one connection: claims and marks first, then the probe, command
 //!   commits, retention) and `reader` (`read_connections` connections, beside the writer in
 //!   WAL mode: API reads and counts).
-//! - PostgreSQL: `firing` (claims and marks on connections of their own, never behind a
-//!   command commit's fsync; a mark beside the next claim), `writer` (the probe, commands, retention, on
+//! - PostgreSQL: `firing` (claims and marks on [`DatabaseTarget::firing_connections`]
+//!   connections of their own, never behind a command commit's fsync: a mark beside the next
+//!   claim), `writer` (the probe, commands, retention, on
 //!   [`DatabaseTarget::command_connections`] connections: two commits side by side) and
 //!   `reader`.
 //!

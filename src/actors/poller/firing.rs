@@ -158,20 +158,13 @@ impl PollerState {
         // owed after a failure) leaves batches at the broker: claim again as they settle, so
         // that no wake-up is lost.
         self.next_claim = NextClaim::AsBatchesSettle;
-        if self.marks.failed() {
-            // Nothing new is claimed before they are marked, once no batch is at the broker.
-            return;
-        }
-        if self.run.as_ref().is_some_and(Run::closed) {
-            // A failure closed the run: the next claim waits for its end.
-            return;
-        }
         self.next_claim_of(myself, Round::begin(backlog));
     }
 
-    /// Starts the next claim of `round`, if it has one. None while a failure's backoff holds,
-    /// a failed mark is owed or a failure closed the run: a mark or a publish that failed while
-    /// the round's last claim was under way (side by side) ends the round.
+    /// Starts the next claim of `round`, if it has one. None while a failure's backoff holds;
+    /// while a failed mark is owed (nothing new is claimed before it is marked); nor once a
+    /// failure closed the run (the next claim waits for its end). So a mark or a publish that
+    /// fails while a claim is under way beside it (side by side) ends that claim's round.
     pub(super) fn next_claim_of(&mut self, myself: &ActorRef<PollerMsg>, mut round: Round) {
         let now = Instant::now();
         let closed = self.run.as_ref().is_some_and(Run::closed);
