@@ -43,8 +43,7 @@ pub struct StrayCommands {
     seen: HashSet<Key>,
     /// What was handed over, and when.
     handed: HashMap<Key, Instant>,
-    /// How many times each command still found was handed over.
-    hand_overs: HashMap<Key, u64>,
+    hand_overs: HandOvers,
 }
 
 impl Periodic for StrayCommands {
@@ -60,7 +59,7 @@ impl Periodic for StrayCommands {
             args,
             seen: HashSet::new(),
             handed: HashMap::new(),
-            hand_overs: HashMap::new(),
+            hand_overs: HandOvers::default(),
         }
     }
 
@@ -96,13 +95,9 @@ async fn look(state: &mut StrayCommands) -> Result<(), String> {
         .filter(|c| state.seen.contains(&key(c)) && !state.handed.contains_key(&key(c)))
         .collect();
     state.seen = seen;
+    state.hand_overs.forget_gone(&state.seen);
     if ready.is_empty() {
         return Ok(());
-    }
-    let keys: Vec<Key> = ready.iter().map(key).collect();
-    let counts = count_hand_overs(&mut state.hand_overs, &state.seen, &keys);
-    for (command, deliveries) in ready.iter_mut().zip(counts) {
-        command.deliveries = deliveries;
     }
     let Some(handler) = state
         .args
@@ -111,55 +106,99 @@ async fn look(state: &mut StrayCommands) -> Result<(), String> {
     else {
         return Ok(());
     };
+    let keys: Vec<Key> = ready.iter().map(key).collect();
+    let counts = state.hand_overs.next(&keys);
+    for (command, deliveries) in ready.iter_mut().zip(&counts) {
+        command.deliveries = *deliveries;
+    }
     tracing::info!(
         actor = StrayCommands::NAME,
         commands = ready.len(),
         "commands no consumer reads handed to the command handler"
     );
+    // Only a hand-over that reached the handler counts: one that did not (the handler
+    // restarting) is not a delivery, and must not bring a stray nearer to being given up.
     if handler.cast(CommandHandlerMsg::Deliver(ready)).is_ok() {
+        state.hand_overs.record(keys.iter().copied().zip(counts));
         state.handed.extend(keys.into_iter().map(|k| (k, now)));
     }
     Ok(())
 }
 
-/// Counts one more hand-over of each of `keys` in `hand_overs`, forgetting the commands the
-/// last look no longer found (`seen`), and returns each one's count. A stray's hand-overs are
-/// its deliveries, as the broker counts a consumer's: so a rejection that stays unpublished is
+/// How many times each stray still found was handed over. A stray's hand-overs are its
+/// deliveries, as the broker counts a consumer's: so a rejection that stays unpublished is
 /// given up at the tenth (docs/CONTRACT.md §3) for it too, not retried every
 /// [`HAND_AGAIN_AFTER`] for as long as the daemon runs.
-fn count_hand_overs(
-    hand_overs: &mut HashMap<Key, u64>,
-    seen: &HashSet<Key>,
-    keys: &[Key],
-) -> Vec<u64> {
-    hand_overs.retain(|key, _| seen.contains(key));
-    keys.iter()
-        .map(|key| {
-            let count = hand_overs.entry(*key).or_insert(0);
-            *count += 1;
-            *count
-        })
-        .collect()
+#[derive(Debug, Default)]
+struct HandOvers(HashMap<Key, u64>);
+
+impl HandOvers {
+    /// Forgets the commands the last look no longer found (`seen`): settled, or in a stream
+    /// created anew.
+    fn forget_gone(&mut self, seen: &HashSet<Key>) {
+        self.0.retain(|key, _| seen.contains(key));
+    }
+
+    /// Each of `keys`' delivery count if it is handed over now.
+    fn next(&self, keys: &[Key]) -> Vec<u64> {
+        keys.iter()
+            .map(|key| self.0.get(key).copied().unwrap_or(0) + 1)
+            .collect()
+    }
+
+    /// The hand-overs that reached the handler, with their counts.
+    fn record(&mut self, counted: impl IntoIterator<Item = (Key, u64)>) {
+        self.0.extend(counted);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A look: forget what is gone, count the hand-over of `keys`, and record it if `reached`.
+    fn look(
+        hand_overs: &mut HandOvers,
+        seen: &HashSet<Key>,
+        keys: &[Key],
+        reached: bool,
+    ) -> Vec<u64> {
+        hand_overs.forget_gone(seen);
+        let counts = hand_overs.next(keys);
+        if reached {
+            hand_overs.record(keys.iter().copied().zip(counts.clone()));
+        }
+        counts
+    }
+
     #[test]
     fn a_stray_is_delivered_once_more_at_each_hand_over_until_it_is_gone() {
-        let mut hand_overs = HashMap::new();
+        let mut hand_overs = HandOvers::default();
         let (a, b) = ((1, 7), (1, 8));
         let seen: HashSet<Key> = [a, b].into();
-        assert_eq!(count_hand_overs(&mut hand_overs, &seen, &[a]), [1]);
-        assert_eq!(count_hand_overs(&mut hand_overs, &seen, &[a, b]), [2, 1]);
+        assert_eq!(look(&mut hand_overs, &seen, &[a], true), [1]);
+        assert_eq!(look(&mut hand_overs, &seen, &[a, b], true), [2, 1]);
         // `a` settled (removed from the stream): its count goes with it.
         let seen: HashSet<Key> = [b].into();
-        assert_eq!(count_hand_overs(&mut hand_overs, &seen, &[b]), [2]);
-        assert_eq!(hand_overs, HashMap::from([(b, 2)]));
+        assert_eq!(look(&mut hand_overs, &seen, &[b], true), [2]);
+        assert_eq!(hand_overs.0, HashMap::from([(b, 2)]));
         // The same sequence in a stream created anew is another command.
         let c = (2, 7);
         let seen: HashSet<Key> = [b, c].into();
-        assert_eq!(count_hand_overs(&mut hand_overs, &seen, &[c]), [1]);
+        assert_eq!(look(&mut hand_overs, &seen, &[c], true), [1]);
+    }
+
+    #[test]
+    fn a_hand_over_that_did_not_reach_the_handler_is_not_counted() {
+        let mut hand_overs = HandOvers::default();
+        let a = (1, 7);
+        let seen: HashSet<Key> = [a].into();
+        assert_eq!(look(&mut hand_overs, &seen, &[a], true), [1]);
+        assert_eq!(look(&mut hand_overs, &seen, &[a], false), [2]);
+        assert_eq!(
+            look(&mut hand_overs, &seen, &[a], true),
+            [2],
+            "the failed cast was not a delivery"
+        );
     }
 }
