@@ -108,3 +108,66 @@ async fn an_older_command_applied_after_a_newer_one_has_no_effect() {
     assert!(event.stored_at >= newer_due);
     daemon.shutdown().await.unwrap();
 }
+
+/// Two daemons on one PostgreSQL database (docs/CONTRACT.md §3): a schedule and the cancel just
+/// after it in the stream, delivered to two daemons and committed in the other order. The
+/// cancel holds: the older schedule changes nothing, the timer keeps what the schedule before
+/// them carried, and it never fires, on either daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_one_daemon_commits_before_the_schedule_it_follows_holds_on_the_other() {
+    let Some(scratch) = common::Scratch::postgres_only("two daemons share a PostgreSQL database")
+    else {
+        return;
+    };
+    let server = common::NatsServer::start();
+    let start = |name: &str| {
+        let config = timer_service::Config {
+            name: Some(name.into()),
+            ..common::config(&server, &scratch)
+        };
+        timer_service::Daemon::start(config)
+    };
+    let (first, second) = (
+        start("first").await.unwrap(),
+        start("second").await.unwrap(),
+    );
+    let client = common::TestClient::connect(&server).await;
+    client.wait_for_command_stream().await;
+
+    let now = Utc::now();
+    let before = common::millis(now + chrono::Duration::milliseconds(600));
+    let raced = common::millis(now + chrono::Duration::milliseconds(300));
+    let (one, other) = (first.persistence(), second.persistence());
+    let schedule = |seq, due| common::schedule_at("acme", "raced", seq, due);
+    assert_eq!(one.apply(vec![schedule(5, before)]).await.unwrap(), 1);
+    let cancel = common::cancel_at("acme", "raced", 11, now);
+    assert_eq!(other.apply(vec![cancel]).await.unwrap(), 1);
+    assert_eq!(
+        one.apply(vec![schedule(10, raced)]).await.unwrap(),
+        0,
+        "the schedule is older than the cancel committed before it"
+    );
+
+    // A timer due after both `dueAt`s: once it has fired, the raced one would have too.
+    let control = now + chrono::Duration::milliseconds(1200);
+    client.schedule("acme", "control", control, None).await;
+    client
+        .await_due("acme", "control", Duration::from_secs(10))
+        .await;
+    assert_eq!(client.count_due("acme", "raced").await, 0);
+    for persistence in [&one, &other] {
+        let timer = persistence.get("acme", "raced").await.unwrap().unwrap();
+        assert_eq!(timer.state, TimerState::Cancelled);
+        assert_eq!(
+            (
+                timer.due_at,
+                timer.correlation_id.as_str(),
+                timer.cancelled_seq
+            ),
+            (Some(before), "corr-5", Some(11)),
+            "the cancelled timer keeps the schedule before the two"
+        );
+    }
+    first.shutdown().await.unwrap();
+    second.shutdown().await.unwrap();
+}
