@@ -64,7 +64,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Sections of the run, for `--only`.
 pub const SECTIONS: &[&str] = &[
-    "raw", "sweep", "lateness", "costs", "api", "native", "scale", "catch-up", "postgres",
+    "raw", "sweep", "lateness", "costs", "api", "floor", "native", "scale", "catch-up", "postgres",
     "tenants", "reads", "crash", "intake", "backup", "data", "spans", "link", "cancel", "console",
     "peers",
 ];
@@ -121,7 +121,7 @@ pub struct Args {
     /// SQLite `synchronous` level of the daemon (FULL is its default).
     #[arg(long, default_value = "FULL")]
     pub synchronous: String,
-    /// Only these sections (comma-separated: raw, sweep, lateness, costs, api, native, scale,
+    /// Only these sections (comma-separated: raw, sweep, lateness, costs, api, floor, native, scale,
     /// catch-up, postgres, tenants, reads, crash, intake, backup, data, spans, link, cancel,
     /// console, peers).
     #[arg(long, value_delimiter = ',')]

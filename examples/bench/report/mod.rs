@@ -320,10 +320,21 @@ pub fn report(args: &Args, f: &Figures) -> String {
                 format!("lateness.{rate}"),
             )
         })
-        .chain(std::iter::once((
-            "NATS `Nats-Schedule: @at`, first rate".to_owned(),
-            "native".to_owned(),
-        )))
+        .chain([
+            (
+                "NATS `Nats-Schedule: @at`, first rate".to_owned(),
+                "native".to_owned(),
+            ),
+            (
+                "floor: tokio's timer, a publish, its delivery (no daemon), first rate".to_owned(),
+                "floor.tokio".to_owned(),
+            ),
+            (
+                "floor: a thread's sleep, a publish, its delivery (no daemon), first rate"
+                    .to_owned(),
+                "floor.thread".to_owned(),
+            ),
+        ])
         .collect();
     if late_keys.iter().any(|(_, k)| f.lateness.contains_key(k)) {
         let _ = writeln!(

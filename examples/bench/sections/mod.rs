@@ -198,6 +198,18 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
         f.rate("api.get", api.get_per_second);
         f.rate("api.list", api.list_per_second);
     }
+    if args.wants("floor") {
+        eprintln!("the floor under lateness");
+        let w = ctx.world("floor", &ctx.sqlite, None).await;
+        let (rate, secs) = (ctx.first_rate(), args.secs);
+        for (key, waiter) in [
+            ("floor.tokio", workloads::Waiter::Tokio),
+            ("floor.thread", workloads::Waiter::Thread),
+        ] {
+            let run = workloads::floor_lateness(&w, rate, secs, ctx.lead(), waiter).await;
+            f.late(key, run);
+        }
+    }
     if args.wants("native") {
         eprintln!("native scheduler");
         let w = ctx.world("native", &ctx.sqlite, None).await;

@@ -14,6 +14,8 @@
 //! - `cancel`: a CancelTimers of a million timers beside a steady load;
 //! - `link`: the broker reached through a proxy whose path goes silent and heals, or moves
 //!   away;
+//! - `floor`: the same steady load published straight to the broker at each instant, with no
+//!   daemon: the floor under every lateness figure;
 //! - `peers`: BullMQ and pg-boss on the same workloads, driven from Node.
 //!
 //! This module holds what they share: starting and stopping the daemons, publishing a steady
@@ -24,6 +26,7 @@ mod backlog;
 mod backup;
 mod cancel;
 mod console;
+mod floor;
 mod link;
 mod peers;
 mod recovery;
@@ -38,6 +41,7 @@ pub use backlog::{
 pub use backup::{backups_under_load, writer_beside_backups};
 pub use cancel::{BULK_TENANT, cancel_under_load};
 pub use console::{LOADS, Page, WhaleShape, console};
+pub use floor::{Waiter, floor_lateness};
 pub use link::{SILENCE, Silence, distant, silent_path};
 pub use peers::{Driver, PeerLateness, PeerStore, Redis};
 pub use recovery::{BULK_N, CRASH_N, CRASH_RATE, crash, intake};

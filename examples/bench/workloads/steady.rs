@@ -41,6 +41,21 @@ pub struct LatenessRun {
     pub metrics: Option<String>,
 }
 
+impl LatenessRun {
+    /// A run measured at the subscriber alone: no daemon whose memory, CPU or API is read.
+    pub fn of_samples(samples: Vec<f64>, expected: usize) -> Self {
+        Self {
+            samples,
+            expected,
+            peak_rss_mib: f64::NAN,
+            cpu: Vec::new(),
+            api_answered: 0,
+            api_failed: 0,
+            metrics: None,
+        }
+    }
+}
+
 /// Steady load: `rate` timers per second for `secs`, each scheduled `lead` before its `dueAt`
 /// and due at its own instant; lateness measured at a subscriber.
 pub async fn lateness(
@@ -274,13 +289,5 @@ pub async fn native_lateness(
     })
     .await;
     let samples = wait_for(received, expected, Duration::from_secs(15)).await;
-    (!samples.is_empty()).then_some(LatenessRun {
-        samples,
-        expected,
-        peak_rss_mib: f64::NAN,
-        cpu: Vec::new(),
-        api_answered: 0,
-        api_failed: 0,
-        metrics: None,
-    })
+    (!samples.is_empty()).then(|| LatenessRun::of_samples(samples, expected))
 }
