@@ -206,7 +206,7 @@ pub async fn run(ctx: &Ctx<'_>, f: &mut Figures) {
             ("floor.tokio", workloads::Waiter::Tokio),
             ("floor.thread", workloads::Waiter::Thread),
         ] {
-            let run = workloads::floor_lateness(&w, rate, secs, ctx.lead(), waiter).await;
+            let run = workloads::floor_lateness(&w, rate, secs, waiter).await;
             f.late(key, run);
         }
     }

@@ -10,7 +10,7 @@ use async_nats::jetstream::{self, stream};
 use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::mpsc;
 
-use super::{LatenessRun, collect_lateness, wait_for};
+use super::{LatenessRun, collect_lateness, schedule_steady, settle_acks, wait_for};
 use crate::world::World;
 
 /// How each instant is waited for.
@@ -24,15 +24,9 @@ pub enum Waiter {
     Thread,
 }
 
-/// `rate` events a second for `secs`, the first `lead` from now, each published at its `dueAt`
-/// (to the microsecond) as `waiter` wakes for it.
-pub async fn floor_lateness(
-    world: &World,
-    rate: u32,
-    secs: u32,
-    lead: Duration,
-    waiter: Waiter,
-) -> LatenessRun {
+/// `rate` events a second for `secs` from now, each published at its `dueAt` (to the
+/// microsecond) as `waiter` wakes for it.
+pub async fn floor_lateness(world: &World, rate: u32, secs: u32, waiter: Waiter) -> LatenessRun {
     let name = format!("FLOOR_{waiter:?}").to_uppercase();
     let subject = format!("floor.{waiter:?}").to_lowercase();
     world
@@ -51,66 +45,56 @@ pub async fn floor_lateness(
         .expect("connect");
     let js = jetstream::new(publisher);
     let expected = (rate * secs) as usize;
-    let step = Duration::from_secs_f64(1.0 / f64::from(rate));
-    // One reading of both clocks: each `dueAt` is waited for on the monotonic clock.
-    let (wall, mono) = (Utc::now(), tokio::time::Instant::now());
-    let dues: Vec<(DateTime<Utc>, tokio::time::Instant)> = (0..expected)
-        .map(|i| {
-            let offset = lead + step.mul_f64(i as f64);
-            let due = wall + chrono::Duration::from_std(offset).expect("offset");
-            (due, mono + offset)
-        })
-        .collect();
-    let (acks, settled) = settle_acks();
     match waiter {
         Waiter::Tokio => {
-            for (i, (due, at)) in dues.into_iter().enumerate() {
-                tokio::time::sleep_until(at).await;
-                let _ = acks.send(publish(&js, &subject, i, due).await);
-            }
+            // No lead: each event is published at its own `dueAt`, not ahead of it.
+            schedule_steady(rate, expected, Duration::ZERO, |i, due| {
+                publish(&js, &subject, i, due)
+            })
+            .await;
         }
-        Waiter::Thread => {
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let thread = std::thread::spawn(move || {
-                for (i, (due, at)) in dues.into_iter().enumerate() {
-                    let at = at.into_std();
-                    let now = std::time::Instant::now();
-                    if at > now {
-                        std::thread::sleep(at - now);
-                    }
-                    if tx.send((i, due)).is_err() {
-                        return;
-                    }
-                }
-            });
-            while let Some((i, due)) = rx.recv().await {
-                let _ = acks.send(publish(&js, &subject, i, due).await);
-            }
-            thread.join().expect("the waiting thread");
-        }
+        Waiter::Thread => by_thread(rate, expected, &js, &subject).await,
     }
-    drop(acks);
-    settled.await.expect("acks");
     let samples = wait_for(received, expected, Duration::from_secs(15)).await;
     world.js.delete_stream(&name).await.expect("delete");
     LatenessRun::of_samples(samples, expected)
 }
 
-type Ack = jetstream::context::PublishAckFuture;
-
-/// A task awaiting each PubAck, so that the loop publishing at each instant never waits for one.
-fn settle_acks() -> (mpsc::UnboundedSender<Ack>, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Ack>();
-    let task = tokio::spawn(async move {
-        while let Some(ack) = rx.recv().await {
-            ack.await.expect("PubAck");
+/// [`schedule_steady`]'s load, each instant waited for by a thread of its own and handed to
+/// the publishing task.
+async fn by_thread(rate: u32, count: usize, js: &jetstream::Context, subject: &str) {
+    let step = Duration::from_secs_f64(1.0 / f64::from(rate));
+    // One reading of both clocks: each `dueAt` is waited for on the monotonic clock.
+    let (wall, mono) = (Utc::now(), std::time::Instant::now());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let thread = std::thread::spawn(move || {
+        for i in 0..count {
+            let offset = step.mul_f64(i as f64);
+            std::thread::sleep(
+                (mono + offset).saturating_duration_since(std::time::Instant::now()),
+            );
+            let due = wall + chrono::Duration::from_std(offset).expect("offset");
+            if tx.send((i, due)).is_err() {
+                return;
+            }
         }
     });
-    (tx, task)
+    let (acks, settled) = settle_acks();
+    while let Some((i, due)) = rx.recv().await {
+        let _ = acks.send(publish(js, subject, i, due).await.expect("publish"));
+    }
+    thread.join().expect("the waiting thread");
+    drop(acks);
+    settled.await.expect("acks");
 }
 
 /// Event `i`, shaped and deduplicated as a DueTimeReached is.
-async fn publish(js: &jetstream::Context, subject: &str, i: usize, due: DateTime<Utc>) -> Ack {
+async fn publish(
+    js: &jetstream::Context,
+    subject: &str,
+    i: usize,
+    due: DateTime<Utc>,
+) -> Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError> {
     let due = due.to_rfc3339_opts(SecondsFormat::Micros, true);
     let mut headers = HeaderMap::new();
     headers.insert("Nats-Msg-Id", format!("floor-{i}-{due}").as_str());
@@ -122,5 +106,4 @@ async fn publish(js: &jetstream::Context, subject: &str, i: usize, due: DateTime
     .expect("json");
     js.publish_with_headers(format!("{subject}.t{}", i % 10), headers, payload.into())
         .await
-        .expect("publish")
 }

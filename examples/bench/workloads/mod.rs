@@ -173,32 +173,43 @@ async fn wait_for_api(world: &World, tenant: &str) {
     }
 }
 
-/// Publishes `count` timers at `rate` per second, each `lead` ahead of its own `dueAt`.
+/// Publishes `count` timers at `rate` per second, each `lead` ahead of its own `dueAt`. The
+/// PubAcks are awaited beside the loop ([`settle_acks`]): a publish is never held back by the
+/// acknowledgements of those before it.
 async fn schedule_steady<F, Fut>(rate: u32, count: usize, lead: Duration, publish: F)
 where
     F: Fn(usize, DateTime<Utc>) -> Fut,
-    Fut: std::future::Future<
-            Output = Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError>,
-        >,
+    Fut: std::future::Future<Output = Result<Ack, jetstream::context::PublishError>>,
 {
     let start_wall = Utc::now() + chrono::Duration::from_std(lead).expect("lead");
     let start = tokio::time::Instant::now();
     let step = Duration::from_secs_f64(1.0 / f64::from(rate));
-    let mut acks = Vec::with_capacity(count);
+    let (acks, settled) = settle_acks();
     for i in 0..count {
         let offset = step.mul_f64(i as f64);
         tokio::time::sleep_until(start + offset).await;
         let due = start_wall + chrono::Duration::from_std(offset).expect("offset");
-        acks.push(publish(i, due).await.expect("publish"));
-        if acks.len() >= 500 {
-            for ack in acks.drain(..) {
-                ack.await.expect("PubAck");
-            }
+        let _ = acks.send(publish(i, due).await.expect("publish"));
+    }
+    drop(acks);
+    settled.await.expect("acks");
+}
+
+type Ack = jetstream::context::PublishAckFuture;
+
+/// A task awaiting each PubAck sent to it, in order; it ends once the sender is dropped and
+/// every PubAck came.
+fn settle_acks() -> (
+    tokio::sync::mpsc::UnboundedSender<Ack>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ack>();
+    let task = tokio::spawn(async move {
+        while let Some(ack) = rx.recv().await {
+            ack.await.expect("PubAck");
         }
-    }
-    for ack in acks {
-        ack.await.expect("PubAck");
-    }
+    });
+    (tx, task)
 }
 
 /// A steady load ([`schedule_steady`]): timer `late-{i}` of tenant `tenant_of(i)`.
